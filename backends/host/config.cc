@@ -1,0 +1,153 @@
+#include "config.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "errors.h"
+
+namespace tessera::host {
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t begin = 0, end = s.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(s[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(s[end - 1]))) --end;
+  return std::string(s.substr(begin, end - begin));
+}
+
+bool parse_device_count(const std::string& text, int32_t* out) {
+  if (text.empty() || text.size() > 9) return false;
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value > kMaxDevices) return false;
+  *out = static_cast<int32_t>(value);
+  return true;
+}
+
+tsr_status bad_devices(const char* where, const std::string& value) {
+  return fail(TSR_INVALID_ARGUMENT,
+              "init: %s='%s' is not a device count (expected an integer in [0, %d])", where,
+              value.c_str(), kMaxDevices);
+}
+
+tsr_status bad_memory(const char* where, const std::string& value) {
+  return fail(TSR_INVALID_ARGUMENT,
+              "init: %s='%s' is not a byte count (expected e.g. 1073741824, 512M, 16G or 16GiB)",
+              where, value.c_str());
+}
+
+}  // namespace
+
+bool parse_bytes(const std::string& raw, uint64_t* out) {
+  std::string text = trim(raw);
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 20) return false;
+  uint64_t value = 0;
+  for (size_t i = 0; i < digits; ++i) {
+    uint64_t digit = uint64_t(text[i] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  std::string suffix = trim(std::string_view(text).substr(digits));
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  unsigned shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'B': shift = 0; break;
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      case 'T': shift = 40; break;
+      default: return false;
+    }
+    std::string rest = suffix.substr(1);
+    bool ok = suffix[0] == 'B' ? rest.empty() : (rest.empty() || rest == "B" || rest == "IB");
+    if (!ok) return false;
+  }
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return false;
+  value <<= shift;
+  if (value == 0) return false;
+  *out = value;
+  return true;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  char buffer[64];
+  if (bytes < 1024) {
+    std::snprintf(buffer, sizeof buffer, "%llu B", static_cast<unsigned long long>(bytes));
+    return buffer;
+  }
+  double value = double(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  std::snprintf(buffer, sizeof buffer, "%.1f %s", value, kUnits[unit]);
+  return buffer;
+}
+
+uint64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return uint64_t(pages) * uint64_t(page_size);
+}
+
+tsr_status load_config(const char* options, Config* out) {
+  Config config;
+  config.memory_per_device = physical_memory_bytes();
+  config.memory_source = "default: physical RAM; set TESSERA_HOST_DEVICE_MEMORY";
+  if (config.memory_per_device == 0) config.memory_per_device = uint64_t(16) << 30;
+
+  if (const char* env = std::getenv(kDevicesEnv); env != nullptr && env[0] != '\0') {
+    if (!parse_device_count(trim(env), &config.devices)) return bad_devices(kDevicesEnv, env);
+  }
+  if (const char* env = std::getenv(kMemoryEnv); env != nullptr && env[0] != '\0') {
+    if (!parse_bytes(env, &config.memory_per_device)) return bad_memory(kMemoryEnv, env);
+    config.memory_source = kMemoryEnv;
+  }
+
+  // "key=value;key=value": whitespace around keys and values is ignored, empty items skipped.
+  std::string_view rest = options ? std::string_view(options) : std::string_view();
+  while (!rest.empty()) {
+    size_t end = rest.find(';');
+    std::string item = trim(rest.substr(0, end));
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return fail(TSR_INVALID_ARGUMENT,
+                  "init: option '%s' is not key=value (the host backend reads devices=N and "
+                  "memory=BYTES)",
+                  item.c_str());
+    }
+    std::string key = trim(std::string_view(item).substr(0, eq));
+    std::string value = trim(std::string_view(item).substr(eq + 1));
+    if (key == "devices") {
+      if (!parse_device_count(value, &config.devices)) return bad_devices("option devices", value);
+    } else if (key == "memory") {
+      if (!parse_bytes(value, &config.memory_per_device)) {
+        return bad_memory("option memory", value);
+      }
+      config.memory_source = "init option memory=";
+    } else {
+      return fail(TSR_INVALID_ARGUMENT,
+                  "init: unknown option '%s' (the host backend reads devices=N and memory=BYTES)",
+                  key.c_str());
+    }
+  }
+  *out = config;
+  return TSR_OK;
+}
+
+}  // namespace tessera::host

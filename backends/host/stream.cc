@@ -1,0 +1,251 @@
+#include "stream.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include "api.h"
+#include "errors.h"
+#include "state.h"
+
+namespace tessera::host {
+namespace {
+
+thread_local const Stream* t_worker_stream = nullptr;
+
+}  // namespace
+
+Stream::Stream(int32_t device, int32_t priority)
+    : device_(device), priority_(std::clamp(priority, -1, 0)) {}
+
+Stream::~Stream() {
+  close_and_join();
+}
+
+void Stream::start() {
+  worker_ = std::thread([this] { run(); });
+}
+
+tsr_status Stream::enqueue(const char* operation, bool always_run, Work work) {
+  {
+    std::lock_guard lock(mutex_);
+    if (closing_) {
+      return fail(TSR_INVALID_ARGUMENT, "%s: the stream has been destroyed", operation);
+    }
+    queue_.push_back(Task{operation, always_run, std::move(work)});
+    ++enqueued_;
+  }
+  work_cv_.notify_one();
+  return TSR_OK;
+}
+
+tsr_status Stream::synchronize() {
+  if (on_worker_thread()) {
+    return fail(TSR_FAILED_PRECONDITION,
+                "stream_synchronize: called from a host callback of the same stream (would "
+                "deadlock)");
+  }
+  std::unique_lock lock(mutex_);
+  uint64_t target = enqueued_;
+  done_cv_.wait(lock, [&] { return completed_ >= target; });
+  if (error_ != TSR_OK) return fail_with_message(error_, error_message_.c_str());
+  return TSR_OK;
+}
+
+tsr_status Stream::query() {
+  std::lock_guard lock(mutex_);
+  if (completed_ < enqueued_) return TSR_NOT_READY;
+  if (error_ != TSR_OK) return fail_with_message(error_, error_message_.c_str());
+  return TSR_OK;
+}
+
+void Stream::wait_idle() {
+  if (on_worker_thread()) return;
+  std::unique_lock lock(mutex_);
+  uint64_t target = enqueued_;
+  done_cv_.wait(lock, [&] { return completed_ >= target; });
+}
+
+void Stream::close_and_join() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable() && !on_worker_thread()) worker_.join();
+}
+
+bool Stream::on_worker_thread() const {
+  return t_worker_stream == this;
+}
+
+void Stream::run() {
+  t_worker_stream = this;
+  char name[16];  // Linux limits thread names to 15 characters
+  std::snprintf(name, sizeof name, "tsr-host-dev%d", device_);
+  pthread_setname_np(pthread_self(), name);
+  for (;;) {
+    Task task;
+    tsr_status status_before;
+    {
+      std::unique_lock lock(mutex_);
+      work_cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
+      if (queue_.empty()) break;  // closing and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      status_before = error_;
+    }
+    tsr_status result = TSR_OK;
+    std::string message;
+    if (status_before == TSR_OK || task.always_run) {
+      try {
+        result = task.work(status_before, &message);
+      } catch (const std::bad_alloc&) {
+        result = TSR_RESOURCE_EXHAUSTED;
+        message = "out of host memory";
+      } catch (const std::exception& e) {
+        result = TSR_INTERNAL;
+        message = e.what();
+      } catch (...) {
+        result = TSR_UNKNOWN;
+        message = "unexpected non-standard exception";
+      }
+    }
+    // Destroy captured state (buffers, markers) before the work counts as done, so a caller that
+    // synchronized observes its releases.
+    task.work = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (result != TSR_OK && error_ == TSR_OK) {
+        error_ = result;
+        error_message_ = std::string(task.operation) + ": " + message;
+      }
+      ++completed_;
+    }
+    done_cv_.notify_all();
+  }
+  t_worker_stream = nullptr;
+}
+
+const Stream* current_worker_stream() {
+  return t_worker_stream;
+}
+
+tsr_stream stream_handle(uint64_t id) {
+  return reinterpret_cast<tsr_stream>(uintptr_t(id));
+}
+uint64_t stream_id(tsr_stream handle) {
+  return uint64_t(reinterpret_cast<uintptr_t>(handle));
+}
+
+tsr_status lookup_stream(Backend& backend, const char* operation, tsr_stream handle,
+                         std::shared_ptr<Stream>* out) {
+  if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: stream is NULL", operation);
+  std::shared_ptr<Stream> stream = backend.streams.find(stream_id(handle));
+  if (stream == nullptr) {
+    return fail(TSR_INVALID_ARGUMENT,
+                "%s: stream %p is not a live stream of the host backend (destroyed, or never "
+                "created)",
+                operation, static_cast<void*>(handle));
+  }
+  *out = std::move(stream);
+  return TSR_OK;
+}
+
+void drain_streams(Backend& backend) {
+  for (const auto& stream : backend.streams.snapshot()) stream->wait_idle();
+}
+
+void shutdown_streams(Backend& backend) {
+  for (const auto& stream : backend.streams.clear()) stream->close_and_join();
+}
+
+namespace api {
+
+tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_stream) {
+  return guarded("stream_create", [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend("stream_create", &backend); s != TSR_OK) return s;
+    Device* dev;
+    if (tsr_status s = lookup_device(*backend, "stream_create", device, &dev); s != TSR_OK) {
+      return s;
+    }
+    if (out_stream == nullptr)
+      return fail(TSR_INVALID_ARGUMENT, "stream_create: out_stream is NULL");
+    auto stream = std::make_shared<Stream>(device, priority);
+    stream->start();
+    *out_stream = stream_handle(backend->streams.insert(std::move(stream)));
+    return TSR_OK;
+  });
+}
+
+tsr_status stream_destroy(tsr_stream handle) {
+  return guarded("stream_destroy", [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend("stream_destroy", &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, "stream_destroy", handle, &stream); s != TSR_OK) {
+      return s;
+    }
+    if (stream->on_worker_thread()) {
+      return fail(TSR_FAILED_PRECONDITION,
+                  "stream_destroy: called from a host callback of the same stream (would "
+                  "deadlock)");
+    }
+    if (backend->streams.remove(stream_id(handle)) == nullptr) {
+      return fail(TSR_INVALID_ARGUMENT, "stream_destroy: stream %p was destroyed concurrently",
+                  static_cast<void*>(handle));
+    }
+    stream->close_and_join();  // runs what is queued, then stops the worker
+    return TSR_OK;
+  });
+}
+
+tsr_status stream_synchronize(tsr_stream handle) {
+  return guarded("stream_synchronize", [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend("stream_synchronize", &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, "stream_synchronize", handle, &stream);
+        s != TSR_OK) {
+      return s;
+    }
+    return stream->synchronize();
+  });
+}
+
+tsr_status stream_query(tsr_stream handle) {
+  return guarded("stream_query", [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend("stream_query", &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, "stream_query", handle, &stream); s != TSR_OK) {
+      return s;
+    }
+    return stream->query();
+  });
+}
+
+tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_data) {
+  return guarded("stream_add_callback", [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend("stream_add_callback", &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, "stream_add_callback", handle, &stream);
+        s != TSR_OK) {
+      return s;
+    }
+    if (fn == nullptr) return fail(TSR_INVALID_ARGUMENT, "stream_add_callback: fn is NULL");
+    return stream->enqueue("stream_add_callback", /*always_run=*/true,
+                           [fn, user_data](tsr_status stream_status, std::string*) {
+                             fn(user_data, stream_status);
+                             return TSR_OK;
+                           });
+  });
+}
+
+}  // namespace api
+}  // namespace tessera::host

@@ -1,0 +1,88 @@
+// Streams (in-order queues of device work) and events (markers on them). Move-only handles that
+// destroy the backend object on destruction. Every enqueue validates its arguments at once and
+// returns their error; failures of the work itself surface at synchronize().
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "tessera/common/status.h"
+#include "tessera/hal/backend.h"
+#include "tessera/hal/dtype.h"
+
+namespace tessera::hal {
+
+class Stream;
+
+class Event {
+ public:
+  Event() = default;
+  Event(std::shared_ptr<Backend> backend, tsr_event event)
+      : backend_(std::move(backend)), event_(event) {}
+  ~Event() { reset(); }
+  Event(Event&& other) noexcept { *this = std::move(other); }
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Captures the work enqueued on `stream` so far.
+  Status record(const Stream& stream);
+  Status synchronize() const;
+  // true when the captured work is done.
+  Result<bool> done() const;
+  // Milliseconds from `start` to `end`; both must be complete and created with timing.
+  static Result<float> elapsed_ms(const Event& start, const Event& end);
+
+  tsr_event handle() const { return event_; }
+
+ private:
+  void reset();
+  std::shared_ptr<Backend> backend_;
+  tsr_event event_ = nullptr;
+};
+
+class Stream {
+ public:
+  Stream() = default;
+  Stream(std::shared_ptr<Backend> backend, int32_t device, tsr_stream stream)
+      : backend_(std::move(backend)), device_(device), stream_(stream) {}
+  ~Stream() { reset(); }
+  Stream(Stream&& other) noexcept { *this = std::move(other); }
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Copies between any host/pinned/device memory of this backend (direction inferred).
+  Status copy(void* dst, const void* src, size_t bytes) const;
+  Status memset(void* dst, uint8_t value, size_t bytes) const;
+  Status copy_peer(void* dst, int32_t dst_device, const void* src, int32_t src_device,
+                   size_t bytes) const;
+  // dst[i] = op over srcs[k][i]; see tsr_reduce_op for exact semantics.
+  Status reduce(void* dst, std::span<const void* const> srcs, size_t count, DType dtype,
+                ReduceOp op) const;
+  Status cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t count) const;
+  Status gemm(const tsr_gemm_desc& desc) const;
+  // Later work waits for `event`.
+  Status wait(const Event& event) const;
+  // Runs `fn(status)` on a backend thread once earlier work is done.
+  Status add_callback(std::function<void(Status)> fn) const;
+
+  // Blocks until all work is done; the first failure of that work.
+  Status synchronize() const;
+  // true when idle.
+  Result<bool> idle() const;
+
+  tsr_stream handle() const { return stream_; }
+  int32_t device() const { return device_; }
+  const std::shared_ptr<Backend>& backend() const { return backend_; }
+
+ private:
+  void reset();
+  Status unsupported(const char* entry) const;
+  std::shared_ptr<Backend> backend_;
+  int32_t device_ = -1;
+  tsr_stream stream_ = nullptr;
+};
+
+}  // namespace tessera::hal

@@ -1,0 +1,248 @@
+// Loading one backend library and normalising its table to this build's ABI minor.
+#include "tessera/hal/backend.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "tessera/common/env.h"
+#include "tessera/common/log.h"
+
+namespace tessera::hal {
+namespace {
+
+// One row per [required] entry of backend_abi.h: its name and where it ends in the table, so a
+// table whose struct_size stops short of it is refused with the entry named.
+struct RequiredEntry {
+  std::string_view name;
+  size_t end;
+  bool (*present)(const tsr_backend_api_v1&);
+};
+
+#define TSR_REQUIRED(field)                                                          \
+  RequiredEntry {                                                                    \
+#field, offsetof(tsr_backend_api_v1, field) + sizeof(tsr_backend_api_v1::field), \
+        [](const tsr_backend_api_v1& api) { return api.field != nullptr; }           \
+  }
+
+const RequiredEntry kRequired[] = {
+    TSR_REQUIRED(init),          TSR_REQUIRED(finalize),           TSR_REQUIRED(last_error),
+    TSR_REQUIRED(device_count),  TSR_REQUIRED(device_properties),  TSR_REQUIRED(device_malloc),
+    TSR_REQUIRED(device_free),   TSR_REQUIRED(host_malloc_pinned), TSR_REQUIRED(host_free_pinned),
+    TSR_REQUIRED(memory_info),   TSR_REQUIRED(memcpy_async),       TSR_REQUIRED(memset_async),
+    TSR_REQUIRED(stream_create), TSR_REQUIRED(stream_destroy),     TSR_REQUIRED(stream_synchronize),
+    TSR_REQUIRED(stream_query),  TSR_REQUIRED(stream_wait_event),  TSR_REQUIRED(event_create),
+    TSR_REQUIRED(event_destroy), TSR_REQUIRED(event_record),       TSR_REQUIRED(event_synchronize),
+    TSR_REQUIRED(event_query),
+};
+#undef TSR_REQUIRED
+
+// Routes backend log lines into the project logger under the subsystem "hal".
+void log_from_backend(void* user_data, tsr_log_level level, const char* message) {
+  auto* name = static_cast<const std::string*>(user_data);
+  auto lvl = static_cast<log::Level>(level < 0 ? 0 : (level > 4 ? 4 : level));
+  if (!log::enabled(lvl, "hal")) return;
+  log::write(lvl, "hal", "[" + *name + "] " + (message ? message : ""));
+}
+
+std::string dlerror_text() {
+  const char* err = dlerror();
+  return err ? err : "unknown dlopen error";
+}
+
+// Another major exports tessera_backend_get_api_v<N>; name it instead of "symbol missing".
+std::string other_major_symbol(void* handle) {
+  for (int major = 2; major <= 16; ++major) {
+    std::string symbol = "tessera_backend_get_api_v" + std::to_string(major);
+    if (dlsym(handle, symbol.c_str()) != nullptr) return symbol;
+  }
+  return {};
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& required_entry_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const auto& entry : kRequired) out.push_back(entry.name);
+    return out;
+  }();
+  return names;
+}
+
+Status status_from_backend(tsr_status code, const tsr_backend_api_v1& api,
+                           std::string_view operation) {
+  if (code == TSR_OK) return Status();
+  std::string message = std::string(api.name ? api.name : "backend") + " " + std::string(operation);
+  const char* detail = api.last_error ? api.last_error() : nullptr;
+  if (detail != nullptr && detail[0] != '\0') {
+    message += ": ";
+    message += detail;
+  }
+  return Status(static_cast<StatusCode>(code), std::move(message));
+}
+
+std::string backend_file_name(std::string_view name) {
+  return "libtessera-backend-" + std::string(name) + ".so";
+}
+
+std::vector<std::string> default_search_dirs() {
+  std::vector<std::string> dirs;
+  if (auto path = env::get("TESSERA_BACKEND_PATH")) {
+    for (auto& dir : env::split(*path, ":")) dirs.push_back(dir);
+  }
+  // Relative to the running program: <prefix>/bin/exe -> <prefix>/lib/tessera, so a relocated
+  // install finds its backends.
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto prefix = exe.parent_path().parent_path();
+    for (const char* libdir : {"lib/tessera", "lib64/tessera"}) {
+      auto dir = prefix / libdir;
+      if (std::filesystem::is_directory(dir, ec)) dirs.push_back(dir.string());
+    }
+  }
+  dirs.emplace_back(TESSERA_INSTALL_BACKEND_DIR);
+  dirs.emplace_back(TESSERA_BUILD_BACKEND_DIR);
+  // Drop repeats, keeping the first (highest-priority) occurrence.
+  std::vector<std::string> unique;
+  for (auto& dir : dirs) {
+    bool seen = false;
+    for (auto& u : unique) seen = seen || u == dir;
+    if (!seen) unique.push_back(dir);
+  }
+  return unique;
+}
+
+Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
+                                               const std::vector<std::string>& search_dirs) {
+  std::string path;
+  if (name_or_path.find('/') != std::string_view::npos) {
+    path = std::string(name_or_path);
+    if (!std::filesystem::exists(path)) {
+      return not_found("backend library '" + path + "' does not exist");
+    }
+  } else {
+    std::string file = backend_file_name(name_or_path);
+    std::string searched;
+    for (const auto& dir : search_dirs) {
+      auto candidate = std::filesystem::path(dir) / file;
+      std::error_code ec;
+      if (std::filesystem::exists(candidate, ec)) {
+        path = candidate.string();
+        break;
+      }
+      searched += (searched.empty() ? "" : ":") + dir;
+    }
+    if (path.empty()) {
+      return not_found("backend '" + std::string(name_or_path) + "': " + file + " not found in " +
+                       (searched.empty() ? "(no folders)" : searched) +
+                       " (TESSERA_BACKEND_PATH adds folders)");
+    }
+  }
+
+  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return unavailable("cannot load backend library " + path + ": " + dlerror_text());
+  }
+  std::shared_ptr<Backend> backend(new Backend());
+  backend->handle_ = handle;  // closed by ~Backend on every path below
+  backend->path_ = path;
+
+  auto entry = reinterpret_cast<tsr_get_api_v1_fn>(dlsym(handle, TSR_BACKEND_ENTRY_POINT));
+  if (entry == nullptr) {
+    std::string other = other_major_symbol(handle);
+    if (!other.empty()) {
+      return Status(StatusCode::kVersionMismatch,
+                    path + " exports " + other + " but this Tessera speaks backend ABI major " +
+                        std::to_string(TSR_BACKEND_ABI_MAJOR) + " (" + TSR_BACKEND_ENTRY_POINT +
+                        ")");
+    }
+    return failed_precondition(path + " is not a Tessera backend: symbol " +
+                               TSR_BACKEND_ENTRY_POINT + " missing");
+  }
+
+  static std::mutex names_mutex;  // log user data must outlive the backend; names are few
+  static std::vector<std::unique_ptr<std::string>> log_names;
+  const std::string* log_name;
+  {
+    std::lock_guard<std::mutex> lock(names_mutex);
+    log_names.push_back(std::make_unique<std::string>(
+        std::filesystem::path(path).stem().string().substr(std::strlen("lib"))));
+    log_name = log_names.back().get();
+  }
+  tsr_host_info host{};
+  host.struct_size = sizeof(host);
+  host.abi_major = TSR_BACKEND_ABI_MAJOR;
+  host.abi_minor = TSR_BACKEND_ABI_MINOR;
+  host.log = &log_from_backend;
+  host.log_user_data = const_cast<std::string*>(log_name);
+  host.log_level = static_cast<int32_t>(log::threshold());
+
+  const tsr_backend_api_v1* table = entry(&host);
+  if (table == nullptr) {
+    return failed_precondition(path + ": " + TSR_BACKEND_ENTRY_POINT + " returned no table");
+  }
+  if (table->abi_major != TSR_BACKEND_ABI_MAJOR) {
+    return Status(StatusCode::kVersionMismatch,
+                  path + " was built for backend ABI major " + std::to_string(table->abi_major) +
+                      ", this Tessera speaks major " + std::to_string(TSR_BACKEND_ABI_MAJOR));
+  }
+  constexpr size_t kHeaderEnd = offsetof(tsr_backend_api_v1, version) + sizeof(const char*);
+  if (table->struct_size < kHeaderEnd) {
+    return failed_precondition(path + ": table struct_size " + std::to_string(table->struct_size) +
+                               " is smaller than its header (" + std::to_string(kHeaderEnd) +
+                               " bytes)");
+  }
+  // Copy what the backend has; what it lacks (an older minor) stays zero, i.e. absent.
+  std::memcpy(&backend->api_, table, std::min(table->struct_size, sizeof(tsr_backend_api_v1)));
+  backend->api_.struct_size = sizeof(tsr_backend_api_v1);
+  backend->reported_struct_size_ = table->struct_size;
+  backend->reported_abi_minor_ = table->abi_minor;
+  for (const auto& required : kRequired) {
+    if (table->struct_size < required.end || !required.present(backend->api_)) {
+      return failed_precondition(
+          path + ": required entry '" + std::string(required.name) + "' is " +
+          (table->struct_size < required.end ? "beyond struct_size" : "NULL"));
+    }
+  }
+  backend->name_ = (table->name && table->name[0]) ? table->name : *log_name;
+  TSR_LOG(kDebug, "hal") << "opened backend " << backend->name_ << " from " << path << " (ABI "
+                         << table->abi_major << "." << table->abi_minor << ", table "
+                         << table->struct_size << " bytes)";
+  return backend;
+}
+
+Backend::~Backend() {
+  if (initialized_) api_.finalize();
+  // Backends may own threads and atexit handlers; unloading them while those live is unsafe, so
+  // the library stays mapped (as CUDA and NCCL plugins do). The handle's reference is kept.
+}
+
+Status Backend::init(const std::string& options) {
+  if (initialized_) return Status();
+  tsr_init_options init_options{};
+  init_options.struct_size = sizeof(init_options);
+  init_options.options = options.empty() ? nullptr : options.c_str();
+  TSR_RETURN_IF_ERROR(check(api_.init(&init_options), "init"));
+  initialized_ = true;
+  return Status();
+}
+
+int32_t Backend::device_count(std::string* reason) const {
+  if (!initialized_) {
+    if (reason) *reason = "backend not initialised";
+    return 0;
+  }
+  const char* why = nullptr;
+  int32_t count = api_.device_count(&why);
+  if (count <= 0 && reason) *reason = why ? why : "no devices (the backend gave no reason)";
+  return count < 0 ? 0 : count;
+}
+
+}  // namespace tessera::hal

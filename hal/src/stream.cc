@@ -1,0 +1,150 @@
+#include "tessera/hal/stream.h"
+
+#include <utility>
+
+#include "tessera/common/log.h"
+
+namespace tessera::hal {
+
+// ---- Event --------------------------------------------------------------------------------
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    reset();
+    backend_ = std::move(other.backend_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+void Event::reset() {
+  if (event_ == nullptr) return;
+  Status status = backend_->check(backend_->api().event_destroy(event_), "event_destroy");
+  if (!status.ok()) TSR_LOG(kError, "hal") << status.to_string();
+  event_ = nullptr;
+}
+
+Status Event::record(const Stream& stream) {
+  return backend_->check(backend_->api().event_record(event_, stream.handle()), "event_record");
+}
+
+Status Event::synchronize() const {
+  return backend_->check(backend_->api().event_synchronize(event_), "event_synchronize");
+}
+
+Result<bool> Event::done() const {
+  tsr_status code = backend_->api().event_query(event_);
+  if (code == TSR_NOT_READY) return false;
+  TSR_RETURN_IF_ERROR(backend_->check(code, "event_query"));
+  return true;
+}
+
+Result<float> Event::elapsed_ms(const Event& start, const Event& end) {
+  const auto& api = start.backend_->api();
+  if (api.event_elapsed_time == nullptr) {
+    return unimplemented(start.backend_->name() + " does not time events (event_elapsed_time)");
+  }
+  float ms = 0;
+  TSR_RETURN_IF_ERROR(start.backend_->check(api.event_elapsed_time(start.event_, end.event_, &ms),
+                                            "event_elapsed_time"));
+  return ms;
+}
+
+// ---- Stream -------------------------------------------------------------------------------
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    backend_ = std::move(other.backend_);
+    device_ = std::exchange(other.device_, -1);
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+
+void Stream::reset() {
+  if (stream_ == nullptr) return;
+  Status status = backend_->check(backend_->api().stream_destroy(stream_), "stream_destroy");
+  if (!status.ok()) TSR_LOG(kError, "hal") << status.to_string();
+  stream_ = nullptr;
+}
+
+Status Stream::unsupported(const char* entry) const {
+  return unimplemented(backend_->name() + " does not support " + entry + " (NULL in its table)");
+}
+
+Status Stream::copy(void* dst, const void* src, size_t bytes) const {
+  return backend_->check(backend_->api().memcpy_async(dst, src, bytes, stream_), "memcpy_async");
+}
+
+Status Stream::memset(void* dst, uint8_t value, size_t bytes) const {
+  return backend_->check(backend_->api().memset_async(dst, value, bytes, stream_), "memset_async");
+}
+
+Status Stream::copy_peer(void* dst, int32_t dst_device, const void* src, int32_t src_device,
+                         size_t bytes) const {
+  const auto& api = backend_->api();
+  if (api.memcpy_peer_async == nullptr) return unsupported("memcpy_peer_async");
+  return backend_->check(api.memcpy_peer_async(dst, dst_device, src, src_device, bytes, stream_),
+                         "memcpy_peer_async");
+}
+
+Status Stream::reduce(void* dst, std::span<const void* const> srcs, size_t count, DType dtype,
+                      ReduceOp op) const {
+  const auto& api = backend_->api();
+  if (api.reduce_async == nullptr) return unsupported("reduce_async");
+  return backend_->check(api.reduce_async(dst, srcs.data(), static_cast<int32_t>(srcs.size()),
+                                          count, to_abi(dtype), to_abi(op), stream_),
+                         "reduce_async");
+}
+
+Status Stream::cast(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                    size_t count) const {
+  const auto& api = backend_->api();
+  if (api.cast_async == nullptr) return unsupported("cast_async");
+  return backend_->check(
+      api.cast_async(dst, to_abi(dst_dtype), src, to_abi(src_dtype), count, stream_), "cast_async");
+}
+
+Status Stream::gemm(const tsr_gemm_desc& desc) const {
+  const auto& api = backend_->api();
+  if (api.gemm_async == nullptr) return unsupported("gemm_async");
+  return backend_->check(api.gemm_async(&desc, stream_), "gemm_async");
+}
+
+Status Stream::wait(const Event& event) const {
+  return backend_->check(backend_->api().stream_wait_event(stream_, event.handle()),
+                         "stream_wait_event");
+}
+
+namespace {
+void run_callback(void* user_data, tsr_status status) {
+  std::unique_ptr<std::function<void(Status)>> fn(
+      static_cast<std::function<void(Status)>*>(user_data));
+  (*fn)(status == TSR_OK ? Status()
+                         : Status(static_cast<StatusCode>(status), "stream work failed"));
+}
+}  // namespace
+
+Status Stream::add_callback(std::function<void(Status)> fn) const {
+  const auto& api = backend_->api();
+  if (api.stream_add_callback == nullptr) return unsupported("stream_add_callback");
+  auto owned = std::make_unique<std::function<void(Status)>>(std::move(fn));
+  TSR_RETURN_IF_ERROR(backend_->check(api.stream_add_callback(stream_, &run_callback, owned.get()),
+                                      "stream_add_callback"));
+  owned.release();  // run_callback owns it now
+  return Status();
+}
+
+Status Stream::synchronize() const {
+  return backend_->check(backend_->api().stream_synchronize(stream_), "stream_synchronize");
+}
+
+Result<bool> Stream::idle() const {
+  tsr_status code = backend_->api().stream_query(stream_);
+  if (code == TSR_NOT_READY) return false;
+  TSR_RETURN_IF_ERROR(backend_->check(code, "stream_query"));
+  return true;
+}
+
+}  // namespace tessera::hal

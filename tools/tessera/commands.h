@@ -1,0 +1,13 @@
+// Subcommands of the `tessera` tool. Each add_*_command registers its CLI11 subcommand and the
+// callback that runs it; the callback throws CLI::RuntimeError(exit_code) on failure after
+// printing one clear line to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::tools {
+
+void add_devices_command(CLI::App& app);
+void add_version_command(CLI::App& app);
+
+}  // namespace tessera::tools

@@ -1,0 +1,23 @@
+// `tessera`: the command-line face of the runtime. Subcommands: devices, version (probe, plan,
+// bench, ckpt, launch and demo come with their layers).
+#include <cstdio>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Tessera: a vendor-neutral accelerator HAL and distributed-training runtime.\n"
+      "Environment variables are listed in docs/ENVIRONMENT.md; TESSERA_LOG=info shows what the "
+      "runtime decides.",
+      "tessera"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  tessera::tools::add_devices_command(app);
+  tessera::tools::add_version_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
