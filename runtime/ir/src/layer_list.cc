@@ -1,0 +1,185 @@
+// The generic JSON layer list and load_model. Top-level "hidden", "vocab", "bias", "dropout" are
+// defaults for every layer; a layer's own field wins.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/ir/loaders.h"
+
+namespace tessera::ir {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Parser {
+  std::string source;
+  Json defaults;
+  Model model;
+  int next_block = 0;
+
+  // Field of `layer` (or the top-level default) as a positive integer; `fallback` < 0: required.
+  Result<int64_t> integer(const Json& layer, const std::string& where, const char* key,
+                          int64_t fallback) const {
+    const Json* v =
+        layer.contains(key) ? &layer[key] : (defaults.contains(key) ? &defaults[key] : nullptr);
+    if (v == nullptr || v->is_null()) {
+      if (fallback >= 0) return fallback;
+      return invalid_argument(source + ": " + where + ": field '" + key + "' missing");
+    }
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      return invalid_argument(source + ": " + where + ": field '" + key +
+                              "' must be a non-negative integer, got " + v->dump());
+    }
+    return v->get<int64_t>();
+  }
+  bool flag(const Json& layer, const char* key, bool fallback) const {
+    if (layer.contains(key) && layer[key].is_boolean()) return layer[key].get<bool>();
+    if (defaults.contains(key) && defaults[key].is_boolean()) return defaults[key].get<bool>();
+    return fallback;
+  }
+
+  Result<Layer> layer(const Json& j, const std::string& where) const {
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+      return invalid_argument(source + ": " + where + ": field 'type' missing");
+    }
+    const std::string type = j["type"].get<std::string>();
+    Layer l;
+    TSR_ASSIGN_OR_RETURN(l.hidden, integer(j, where, "hidden", -1));
+    l.bias = flag(j, "bias", false);
+    l.dropout = flag(j, "dropout", false);
+    if (type == "embedding" || type == "lm_head") {
+      l.kind = type == "embedding" ? LayerKind::kEmbedding : LayerKind::kLmHead;
+      TSR_ASSIGN_OR_RETURN(l.vocab, integer(j, where, "vocab", -1));
+      TSR_ASSIGN_OR_RETURN(l.positions, integer(j, where, "positions", 0));
+      l.tied = flag(j, "tied", false);
+    } else if (type == "attention") {
+      l.kind = LayerKind::kAttention;
+      TSR_ASSIGN_OR_RETURN(l.heads, integer(j, where, "heads", -1));
+      TSR_ASSIGN_OR_RETURN(l.kv_heads, integer(j, where, "kv_heads", l.heads));
+      if (l.heads == 0 || l.hidden % l.heads != 0) {
+        if (!j.contains("head_dim")) {
+          return invalid_argument(source + ": " + where + ": hidden " + std::to_string(l.hidden) +
+                                  " not divisible by heads " + std::to_string(l.heads));
+        }
+      }
+      TSR_ASSIGN_OR_RETURN(l.head_dim,
+                           integer(j, where, "head_dim", l.heads > 0 ? l.hidden / l.heads : -1));
+    } else if (type == "mlp" || type == "moe") {
+      l.kind = type == "mlp" ? LayerKind::kMlp : LayerKind::kMoe;
+      TSR_ASSIGN_OR_RETURN(l.ffn, integer(j, where, "ffn", 4 * l.hidden));
+      const std::string act = j.value("activation", std::string("gelu"));
+      if (act != "gelu" && act != "swiglu") {
+        return invalid_argument(source + ": " + where + ": activation '" + act +
+                                "' is not gelu or swiglu");
+      }
+      l.activation = act == "swiglu" ? MlpActivation::kSwiGlu : MlpActivation::kGelu;
+      if (l.kind == LayerKind::kMoe) {
+        TSR_ASSIGN_OR_RETURN(l.experts, integer(j, where, "experts", -1));
+        TSR_ASSIGN_OR_RETURN(l.top_k, integer(j, where, "top_k", -1));
+      }
+    } else if (type == "norm") {
+      l.kind = LayerKind::kNorm;
+      const std::string norm = j.value("norm", std::string("layernorm"));
+      if (norm != "layernorm" && norm != "rmsnorm") {
+        return invalid_argument(source + ": " + where + ": norm '" + norm +
+                                "' is not layernorm or rmsnorm");
+      }
+      l.norm = norm == "rmsnorm" ? NormType::kRmsNorm : NormType::kLayerNorm;
+    } else {
+      return invalid_argument(source + ": " + where + ": unknown layer type '" + type + "'");
+    }
+    return l;
+  }
+
+  void add(const Layer& l, int block) {
+    model.layers.push_back(l);
+    model.block_of.push_back(block);
+  }
+
+  Status parse(const Json& layers) {
+    if (!layers.is_array()) return invalid_argument(source + ": field 'layers' must be a list");
+    // Leading embeddings are the pre group; the final norm(s) and LM head the post group.
+    size_t post_start = layers.size();
+    while (post_start > 0) {
+      const Json& j = layers[post_start - 1];
+      const std::string type = j.is_object() ? j.value("type", std::string()) : "";
+      if (type != "lm_head" && type != "norm") break;
+      --post_start;
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const std::string where = "layers[" + std::to_string(i) + "]";
+      const Json& j = layers[i];
+      if (j.is_object() && j.contains("repeat")) {
+        TSR_ASSIGN_OR_RETURN(int64_t repeat, integer(j, where, "repeat", -1));
+        if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].empty()) {
+          return invalid_argument(source + ": " + where + ": field 'layers' missing");
+        }
+        std::vector<Layer> group;
+        for (size_t k = 0; k < j["layers"].size(); ++k) {
+          TSR_ASSIGN_OR_RETURN(Layer l,
+                               layer(j["layers"][k], where + ".layers[" + std::to_string(k) + "]"));
+          group.push_back(l);
+        }
+        for (int64_t r = 0; r < repeat; ++r) {
+          for (const Layer& l : group) add(l, next_block);
+          ++next_block;
+        }
+        continue;
+      }
+      TSR_ASSIGN_OR_RETURN(Layer l, layer(j, where));
+      if (i >= post_start) {
+        add(l, kPostBlock);
+      } else if (l.kind == LayerKind::kEmbedding && next_block == 0) {
+        add(l, -1);
+      } else {
+        add(l, next_block++);
+      }
+    }
+    return Status();
+  }
+};
+
+Result<std::string> read_file(std::string_view path) {
+  std::ifstream in{std::string(path)};
+  if (!in) return not_found(std::string(path) + ": cannot open (not a file or a known preset)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+Result<Model> model_from_layer_list(std::string_view json_text, std::string_view source) {
+  const Json json = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return invalid_argument(std::string(source) + ": not valid JSON");
+  if (!json.is_object() || !json.contains("layers")) {
+    return invalid_argument(std::string(source) + ": field 'layers' missing");
+  }
+  Parser parser;
+  parser.source = std::string(source);
+  parser.defaults = json;
+  parser.defaults.erase("layers");
+  parser.model.name = json.value("name", std::string(source));
+  TSR_RETURN_IF_ERROR(parser.parse(json["layers"]));
+  TSR_ASSIGN_OR_RETURN(parser.model.max_seq_len, parser.integer(json, "model", "max_seq_len", 0));
+  finalize_model(parser.model);
+  Status valid = validate_model(parser.model);
+  if (!valid.ok()) return valid.with_context(source);
+  return std::move(parser.model);
+}
+
+Result<Model> load_model(std::string_view preset_or_path) {
+  for (const std::string& name : model_preset_names()) {
+    if (name == preset_or_path) return model_preset(name);
+  }
+  TSR_ASSIGN_OR_RETURN(std::string text, read_file(preset_or_path));
+  const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object() && json.contains("layers") && json["layers"].is_array()) {
+    return model_from_layer_list(text, preset_or_path);
+  }
+  return model_from_hf_config(text, preset_or_path);
+}
+
+}  // namespace tessera::ir

@@ -1,0 +1,107 @@
+// Model totals and structural checks.
+#include "tessera/ir/model.h"
+
+#include <algorithm>
+#include <string>
+
+namespace tessera::ir {
+
+int64_t model_params(const Model& model) {
+  int64_t total = 0;
+  for (const Layer& layer : model.layers) total += layer_params(layer).total();
+  return total;
+}
+
+int64_t model_active_params(const Model& model) {
+  int64_t total = 0;
+  for (const Layer& layer : model.layers) {
+    const ParamSplit p = layer_params(layer);
+    total += p.total() - p.expert;
+    if (layer.kind == LayerKind::kMoe && layer.experts > 0) {
+      total += p.expert / layer.experts * layer.top_k;
+    }
+  }
+  return total;
+}
+
+double model_forward_flops(const Model& model, int64_t batch, int64_t seq) {
+  double flops = 0;
+  for (const Layer& layer : model.layers) flops += layer_forward_flops(layer, batch, seq);
+  return flops;
+}
+
+double model_training_flops(const Model& model, int64_t batch, int64_t seq) {
+  return 3.0 * model_forward_flops(model, batch, seq);
+}
+
+void finalize_model(Model& model) {
+  int blocks = 0;
+  for (int b : model.block_of) {
+    if (b != kPostBlock) blocks = std::max(blocks, b + 1);
+  }
+  model.num_blocks = blocks;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    if (model.block_of[i] == kPostBlock) model.block_of[i] = blocks;
+    const Layer& l = model.layers[i];
+    if (l.kind == LayerKind::kAttention && l.heads > model.heads) {
+      model.heads = l.heads;
+      model.kv_heads = l.kv_heads;
+    }
+    if (l.hidden > model.hidden) model.hidden = l.hidden;
+    if (l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kLmHead) {
+      model.vocab = std::max(model.vocab, l.vocab);
+    }
+    if (l.kind == LayerKind::kLmHead) model.tied_embeddings = l.tied;
+    if (l.kind == LayerKind::kMoe) model.experts = std::max(model.experts, l.experts);
+    if (l.kind == LayerKind::kEmbedding && l.positions > 0 && model.max_seq_len == 0) {
+      model.max_seq_len = l.positions;
+    }
+  }
+}
+
+Status validate_model(const Model& model) {
+  if (model.layers.empty()) return invalid_argument("model '" + model.name + "' has no layers");
+  if (model.block_of.size() != model.layers.size()) {
+    return internal_error("model '" + model.name + "': block_of size differs from layers");
+  }
+  if (model.num_blocks < 1) {
+    return invalid_argument("model '" + model.name + "' has no transformer blocks");
+  }
+  int prev = -1;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const Layer& l = model.layers[i];
+    const std::string where =
+        "layer " + std::to_string(i) + " (" + std::string(layer_kind_name(l.kind)) + "): ";
+    if (model.block_of[i] < prev) return invalid_argument(where + "blocks out of order");
+    prev = model.block_of[i];
+    if (l.hidden <= 0) return invalid_argument(where + "hidden size must be positive");
+    switch (l.kind) {
+      case LayerKind::kAttention:
+        if (l.heads <= 0 || l.kv_heads <= 0 || l.head_dim <= 0) {
+          return invalid_argument(where + "heads, kv_heads and head_dim must be positive");
+        }
+        if (l.heads % l.kv_heads != 0) {
+          return invalid_argument(where + "num_attention_heads " + std::to_string(l.heads) +
+                                  " not divisible by num_key_value_heads " +
+                                  std::to_string(l.kv_heads));
+        }
+        break;
+      case LayerKind::kMlp:
+        if (l.ffn <= 0) return invalid_argument(where + "ffn size must be positive");
+        break;
+      case LayerKind::kMoe:
+        if (l.ffn <= 0 || l.experts <= 0 || l.top_k <= 0 || l.top_k > l.experts) {
+          return invalid_argument(where + "needs ffn > 0 and 0 < top_k <= experts");
+        }
+        break;
+      case LayerKind::kEmbedding:
+      case LayerKind::kLmHead:
+        if (l.vocab <= 0) return invalid_argument(where + "vocab size must be positive");
+        break;
+      case LayerKind::kNorm: break;
+    }
+  }
+  return Status();
+}
+
+}  // namespace tessera::ir

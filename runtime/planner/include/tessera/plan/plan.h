@@ -1,0 +1,82 @@
+// A parallel plan and what the performance model predicts for it. Values; thread-safe.
+//
+// Rank layout (see groups.h): tp innermost, then cp, then dp (ep carved out of dp), pp outermost,
+// so TP groups stay inside a host and PP crosses hosts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/plan/cluster.h"
+
+namespace tessera::plan {
+
+enum class Recompute { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute recompute);  // "none", "selective", "full"
+
+// What one training step processes.
+struct Workload {
+  int64_t global_batch = 0;  // sequences per step
+  int64_t seq_len = 0;       // tokens per sequence
+  Dtype dtype = Dtype::kBf16;
+};
+
+struct Plan {
+  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+  int vp = 1;                    // virtual stages (model chunks) per device: interleaved 1F1B
+  int mbs = 1;                   // micro-batch size, sequences
+  int64_t num_microbatches = 1;  // per DP rank per step: global_batch / (dp * mbs)
+  int zero = 0;                  // ZeRO stage 0..3
+  Recompute recompute = Recompute::kNone;
+  bool sp = false;  // Megatron sequence parallelism (needs tp > 1)
+  // Blocks per pipeline stage (size pp), from the partitioner; empty: let evaluate() choose.
+  std::vector<int> stage_blocks;
+};
+
+// "tp=8 pp=64 dp=6 cp=1 ep=1 vp=1 mbs=1 zero=1 recompute=full sp=1"
+std::string plan_summary(const Plan& plan);
+
+// Seconds of one step. step_s = compute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
+// dp_comm + optimizer; communication figures are the exposed (not overlapped) part.
+struct TimeBreakdown {
+  double compute_s = 0;  // GEMMs, elementwise and recomputation on the critical stage
+  double bubble_s = 0;   // pipeline fill and drain
+  double tp_comm_s = 0;
+  double cp_comm_s = 0;
+  double ep_comm_s = 0;
+  double pp_comm_s = 0;
+  double dp_comm_s = 0;
+  double optimizer_s = 0;
+  double total() const {
+    return compute_s + bubble_s + tp_comm_s + cp_comm_s + ep_comm_s + pp_comm_s + dp_comm_s +
+           optimizer_s;
+  }
+};
+
+// Bytes on the device that needs the most (the pipeline stage that binds).
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0, transient = 0;
+  double total() const { return weights + gradients + optimizer + activations + transient; }
+};
+
+struct Estimate {
+  Plan plan;
+  TimeBreakdown time;
+  MemoryBreakdown memory;
+  int binding_stage = 0;  // the stage whose memory is reported
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_tflops_per_device = 0;     // model FLOPs (no recomputation) / step / device
+  double hardware_tflops_per_device = 0;  // FLOPs executed, recomputation included
+  double mfu = 0;                         // model FLOPs / (step x devices x peak)
+  double memory_budget_bytes = 0;         // device memory x (1 - reserve)
+  bool fits = false;
+  std::vector<double> stage_time_s;  // per micro-batch, per device (all its chunks)
+  std::vector<double> stage_fwd_s;   // the forward share of stage_time_s (with its comm)
+  std::vector<double> stage_memory_bytes;
+  double p2p_s = 0;  // one pipeline transfer (activation or gradient)
+};
+
+}  // namespace tessera::plan

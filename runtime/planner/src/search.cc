@@ -1,0 +1,403 @@
+// The exact search. For each valid candidate: per-block costs (cached per shape), a memory lower
+// bound (first stage with only block 0, last stage with only the last block, the model's state
+// spread evenly), then the fastest partition ignoring memory (cached per shape and pp: memory
+// does not move it), and only if that one does not fit, the memory-constrained DP.
+#include "tessera/plan/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "tessera/plan/partition.h"
+#include "tessera/plan/stage_model.h"
+
+namespace tessera::plan {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kGiB = 1073741824.0;
+
+std::vector<int> divisors(int64_t n, int64_t cap) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= n && d <= cap; ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+template <typename T>
+bool allowed(const std::optional<T>& fixed, T value) {
+  return !fixed.has_value() || *fixed == value;
+}
+
+// Identical blocks: stage i holding n of them takes e_i + n t seconds (e_i: embedding/head and
+// transfers) and a memory linear in n, so the min-max partition is the smallest bottleneck
+// T = e_c + n t (over the <= 3 distinct e_c) for which the stages' capacities
+// min(mem cap_i, (T - e_i) / t) add up to the blocks. Binary search per class: exact and
+// O(p log L) instead of the DP's O(L^2). Returns counts or empty when nothing fits.
+std::vector<int> uniform_partition(const StageModel& sm, double block_time, int p, int blocks,
+                                   double budget) {
+  std::vector<double> e(static_cast<size_t>(p));
+  std::vector<int> cap(static_cast<size_t>(p), blocks);
+  for (int i = 0; i < p; ++i) {
+    e[i] = sm.stage_time(i, 0, 0);
+    if (budget == kInf) continue;
+    const double m1 = sm.stage_memory(i, 0, 1);
+    if (m1 > budget) return {};
+    const double slope = blocks > 1 ? sm.stage_memory(i, 0, 2) - m1 : 0;
+    if (slope > 0) {
+      cap[i] = static_cast<int>(std::min<double>(blocks, 1 + std::floor((budget - m1) / slope)));
+    }
+  }
+  auto take = [&](int i, double t) {
+    const double n = block_time > 0 ? std::floor((t - e[i]) / block_time + 1e-9) : blocks;
+    return std::min<int>(cap[i], static_cast<int>(std::clamp<double>(n, 0, blocks)));
+  };
+  auto fits = [&](double t) {
+    int64_t sum = 0;
+    for (int i = 0; i < p; ++i) {
+      const int n = take(i, t);
+      if (n < 1) return false;
+      sum += n;
+    }
+    return sum >= blocks;
+  };
+  double best = kInf;
+  for (int i = 0; i < p; ++i) {
+    if (i > 0 && i < p - 1 && i != 1) continue;  // middle stages share one e
+    int lo = 1, hi = blocks;
+    if (!fits(e[i] + hi * block_time)) continue;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (fits(e[i] + mid * block_time))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    best = std::min(best, e[i] + lo * block_time);
+  }
+  if (best == kInf) return {};
+  std::vector<int> counts(static_cast<size_t>(p));
+  int excess = -blocks;
+  for (int i = 0; i < p; ++i) excess += counts[i] = take(i, best);
+  // Give back the surplus from the first stages, which keep the most micro-batches in flight.
+  for (int i = 0; i < p && excess > 0; ++i) {
+    const int give = std::min(excess, counts[i] - 1);
+    counts[i] -= give;
+    excess -= give;
+  }
+  return counts;
+}
+
+using ShapeTuple = std::tuple<int, int, int, int, bool, int>;
+ShapeTuple tuple_of(const ShapeKey& k) {
+  return {k.tp, k.cp, k.ep, k.mbs, k.sp, static_cast<int>(k.recompute)};
+}
+
+class Searcher {
+ public:
+  Searcher(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
+           const SearchConstraints& c, const CostOptions& o)
+      : model_(model), cluster_(cluster), w_(w), c_(c), o_(o), flops_(step_flops(model, w)) {}
+
+  // Calls visit(plan) for every valid combination, in a fixed order.
+  template <typename Visit>
+  void enumerate(Visit&& visit) {
+    const int64_t n = cluster_.devices();
+    const int64_t tp_cap = o_.allow_tp_across_hosts ? n : cluster_.devices_per_host;
+    for (int tp : divisors(n, tp_cap)) {
+      if (!allowed(c_.tp, tp) || model_.heads % tp != 0) continue;
+      if (model_.kv_heads % tp != 0 && tp % model_.kv_heads != 0) continue;
+      for (int cp : divisors(n / tp, c_.cp ? *c_.cp : c_.max_cp)) {
+        if (!allowed(c_.cp, cp) || (cp > 1 && w_.seq_len % (2 * cp) != 0)) continue;
+        for (int pp : divisors(n / tp / cp, model_.num_blocks)) {
+          if (!allowed(c_.pp, pp)) continue;
+          const int dp = static_cast<int>(n / tp / cp / pp);
+          if (!allowed(c_.dp, dp) || w_.global_batch % dp != 0) continue;
+          for (int ep : divisors(dp, model_.experts > 0 ? model_.experts : 1)) {
+            if (!allowed(c_.ep, ep) || (ep > 1 && model_.experts % ep != 0)) continue;
+            for (int mbs : divisors(w_.global_batch / dp, w_.global_batch)) {
+              if (!allowed(c_.mbs, mbs)) continue;
+              const int64_t m = w_.global_batch / dp / mbs;
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                if (!allowed(c_.sp, sp == 1)) continue;
+                for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                  if (!allowed(c_.recompute, rc)) continue;
+                  // With fused attention selective recomputation equals none: skip the twin.
+                  if (rc == Recompute::kSelective && o_.flash_attention && !c_.recompute) continue;
+                  for (int vp = 1; vp <= c_.max_vp || (c_.vp && vp <= *c_.vp); ++vp) {
+                    if (!allowed(c_.vp, vp)) continue;
+                    if (vp > 1 && (pp == 1 || model_.num_blocks % (pp * vp) != 0 || m % pp != 0)) {
+                      continue;
+                    }
+                    for (int zero = 0; zero <= 3; ++zero) {
+                      if (!allowed(c_.zero, zero) || (zero == 3 && pp > 1)) continue;
+                      Plan p;
+                      p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.mbs = mbs;
+                      p.num_microbatches = m, p.sp = sp == 1, p.recompute = rc, p.vp = vp;
+                      p.zero = zero;
+                      visit(p);
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The main pass. `report` mode (after a pass where nothing fit) looks only for the plan that
+  // needs the least memory, evaluating pruned candidates whose bound is below the best so far.
+  void consider(const Plan& plan, bool report) {
+    if (!report) ++result_.candidates;
+    const ShapeKey key{plan.tp, plan.cp, plan.ep, plan.mbs, plan.sp, plan.recompute};
+    const ShapeCosts& costs = shape(key);
+    const StageModel sm(model_, cluster_, w_, plan, costs, flops_, o_);
+    const int blocks = model_.num_blocks, p = plan.pp;
+    const double budget = sm.budget_bytes();
+    if (plan.vp == 1 && (c_.prune || report)) {
+      const double lb = lower_bound(sm, p, blocks);
+      const double cut = report ? smallest_bytes_ : budget;
+      if (lb > cut) return;
+    }
+    std::vector<int> counts;
+    if (plan.vp > 1) {
+      counts.assign(static_cast<size_t>(p), blocks / p);
+    } else {
+      counts = time_partition(key, p, sm, costs);
+    }
+    const double mem = peak_memory(sm, counts);
+    if (!report) ++result_.evaluated;
+    if (mem > budget && plan.vp == 1 && !report) {
+      std::vector<int> fitting =
+          costs.homogeneous
+              ? uniform_partition(sm, costs.blocks[0].total_s(), p, blocks, budget)
+              : partition_min_max(blocks, p, [&](int s, int a, int b) {
+                  return sm.stage_memory(s, a, b) <= budget ? sm.stage_time(s, a, b) : kInf;
+                });
+      if (!fitting.empty()) counts = std::move(fitting);
+    }
+    if (!report && peak_memory(sm, counts) <= budget) {
+      ++result_.feasible;
+      keep(sm.estimate(counts));
+      return;
+    }
+    if (result_.feasible > 0) return;
+    // Nothing fits yet: remember the candidate that comes closest.
+    if (plan.vp == 1 && lower_bound(sm, p, blocks) >= smallest_bytes_) return;
+    if (plan.vp == 1) {
+      counts = partition_min_max(blocks, p,
+                                 [&](int s, int a, int b) { return sm.stage_memory(s, a, b); });
+    }
+    const double least = peak_memory(sm, counts);
+    if (least < smallest_bytes_) {
+      smallest_bytes_ = least;
+      result_.smallest = sm.estimate(counts);
+    }
+  }
+
+  SearchResult& result() { return result_; }
+
+ private:
+  const ShapeCosts& shape(const ShapeKey& key) {
+    auto [it, inserted] = shapes_.try_emplace(tuple_of(key));
+    if (inserted) it->second = compute_shape_costs(model_, cluster_, w_, key, o_);
+    return it->second;
+  }
+
+  // Fastest partition ignoring memory; p2p and DP terms are equal for every stage, so it
+  // depends only on the shape and pp.
+  const std::vector<int>& time_partition(const ShapeKey& key, int p, const StageModel& sm,
+                                         const ShapeCosts& costs) {
+    auto [it, inserted] = partitions_.try_emplace(std::tuple_cat(tuple_of(key), std::tuple{p}));
+    if (inserted && costs.homogeneous) {
+      it->second = uniform_partition(sm, costs.blocks[0].total_s(), p, model_.num_blocks, kInf);
+    } else if (inserted) {
+      it->second = partition_min_max(model_.num_blocks, p,
+                                     [&](int s, int a, int b) { return sm.stage_time(s, a, b); });
+    }
+    return it->second;
+  }
+
+  static double lower_bound(const StageModel& sm, int p, int blocks) {
+    double lb = sm.stage_memory(0, 0, 1);
+    if (p > 1) {
+      lb = std::max(lb, sm.stage_memory(p - 1, blocks - 1, blocks));
+      // Every stage keeps at least one micro-batch and its share of the state: the last stage
+      // holding everything (one in flight, no pre group) spread over p stages.
+      MemoryBreakdown all;
+      sm.stage_memory(p - 1, 0, blocks, &all);
+      lb = std::max(lb, (all.total() - all.transient) / p);
+    }
+    return lb;
+  }
+
+  static double peak_memory(const StageModel& sm, const std::vector<int>& counts) {
+    if (counts.empty()) return kInf;
+    double peak = 0;
+    int first = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      peak = std::max(peak, sm.stage_memory(static_cast<int>(i), first, first + counts[i]));
+      first += counts[i];
+    }
+    return peak;
+  }
+
+  void keep(Estimate e) {
+    auto& plans = result_.plans;
+    const size_t top = static_cast<size_t>(std::max(1, c_.top));
+    if (plans.size() >= top && e.step_time_s >= plans.back().step_time_s) return;
+    auto pos = std::upper_bound(plans.begin(), plans.end(), e.step_time_s,
+                                [](double t, const Estimate& x) { return t < x.step_time_s; });
+    plans.insert(pos, std::move(e));
+    if (plans.size() > top) plans.pop_back();
+  }
+
+  const ir::Model& model_;
+  const ClusterSpec& cluster_;
+  const Workload& w_;
+  const SearchConstraints& c_;
+  const CostOptions& o_;
+  StepFlops flops_;
+  std::map<ShapeTuple, ShapeCosts> shapes_;
+  std::map<std::tuple<int, int, int, int, bool, int, int>, std::vector<int>> partitions_;
+  SearchResult result_;
+  double smallest_bytes_ = kInf;
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
+  return buf;
+}
+
+std::string num(int64_t v) {
+  return std::to_string(v);
+}
+
+// A fixed value that no plan can satisfy gets its own reason, before the search says "none".
+Status check_fixed(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
+                   const SearchConstraints& c, const CostOptions& o) {
+  const int64_t n = cluster.devices();
+  auto divides = [&](const char* key, int v) -> Status {
+    if (n % v != 0) {
+      return invalid_argument(std::string(key) + "=" + num(v) + " does not divide the " + num(n) +
+                              " devices");
+    }
+    return Status();
+  };
+  if (c.tp) {
+    TSR_RETURN_IF_ERROR(divides("tp", *c.tp));
+    if (model.heads % *c.tp != 0) {
+      return invalid_argument("tp=" + num(*c.tp) + " does not divide num_attention_heads " +
+                              num(model.heads));
+    }
+    if (model.kv_heads % *c.tp != 0 && *c.tp % model.kv_heads != 0) {
+      return invalid_argument("tp=" + num(*c.tp) + " neither divides nor is a multiple of " +
+                              "num_key_value_heads " + num(model.kv_heads));
+    }
+    if (*c.tp > cluster.devices_per_host && !o.allow_tp_across_hosts) {
+      return invalid_argument("tp=" + num(*c.tp) + " exceeds the " + num(cluster.devices_per_host) +
+                              " devices of a host");
+    }
+    if (c.sp && *c.sp && *c.tp == 1) return invalid_argument("sp=1 needs tp > 1");
+  }
+  if (c.pp) {
+    TSR_RETURN_IF_ERROR(divides("pp", *c.pp));
+    if (*c.pp > model.num_blocks) {
+      return invalid_argument("pp=" + num(*c.pp) + " exceeds the model's " + num(model.num_blocks) +
+                              " layers");
+    }
+    if (c.zero && *c.zero == 3 && *c.pp > 1) {
+      return invalid_argument("zero=3 with pp>1 is not supported");
+    }
+    if (c.vp && *c.vp > 1 && model.num_blocks % (*c.pp * *c.vp) != 0) {
+      return invalid_argument("vp=" + num(*c.vp) + ": " + num(model.num_blocks) +
+                              " layers do not split evenly into pp*vp = " + num(*c.pp * *c.vp) +
+                              " chunks");
+    }
+  }
+  if (c.vp && *c.vp > 1 && c.pp && *c.pp == 1) return invalid_argument("vp>1 needs pp>1");
+  if (c.dp) {
+    TSR_RETURN_IF_ERROR(divides("dp", *c.dp));
+    if (w.global_batch % *c.dp != 0) {
+      return invalid_argument("dp=" + num(*c.dp) + " does not divide the global batch " +
+                              num(w.global_batch));
+    }
+  }
+  if (c.cp) {
+    TSR_RETURN_IF_ERROR(divides("cp", *c.cp));
+    if (*c.cp > 1 && w.seq_len % (2 * *c.cp) != 0) {
+      return invalid_argument("cp=" + num(*c.cp) + ": sequence length " + num(w.seq_len) +
+                              " is not a multiple of 2*cp");
+    }
+  }
+  if (c.ep && *c.ep > 1) {
+    if (model.experts == 0)
+      return invalid_argument("ep=" + num(*c.ep) + " but the model has no experts");
+    if (model.experts % *c.ep != 0) {
+      return invalid_argument("ep=" + num(*c.ep) + " does not divide the " + num(model.experts) +
+                              " experts");
+    }
+  }
+  if (c.mbs && w.global_batch % *c.mbs != 0) {
+    return invalid_argument("mbs=" + num(*c.mbs) + " does not divide the global batch " +
+                            num(w.global_batch));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& cluster,
+                                  const Workload& w, const SearchConstraints& c,
+                                  const CostOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  TSR_RETURN_IF_ERROR(validate_model(model));
+  if (w.global_batch < 1 || w.seq_len < 1) {
+    return invalid_argument("global batch and sequence length must be at least 1");
+  }
+  for (const ir::Layer& l : model.layers) {
+    if (l.kind == ir::LayerKind::kEmbedding && l.positions > 0 && w.seq_len > l.positions) {
+      return invalid_argument("sequence length " + num(w.seq_len) + " exceeds the model's " +
+                              num(l.positions) + " learned positions");
+    }
+  }
+  TSR_RETURN_IF_ERROR(check_fixed(model, cluster, w, c, o));
+  Searcher s(model, cluster, w, c, o);
+  s.enumerate([&](const Plan& p) { s.consider(p, false); });
+  if (s.result().feasible == 0 && s.result().candidates > 0 && c.prune) {
+    s.enumerate([&](const Plan& p) { s.consider(p, true); });
+  }
+  SearchResult& r = s.result();
+  r.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (r.candidates == 0) {
+    return invalid_argument(
+        "no valid plan for " + std::to_string(cluster.devices()) +
+        " devices with these fixed values: tp must divide the heads and fit a host, tp*cp*pp*dp "
+        "must equal the devices, pp must not exceed the layers, dp*mbs must divide the global "
+        "batch " +
+        std::to_string(w.global_batch));
+  }
+  if (r.feasible == 0) {
+    const double budget = cluster.device.memory_gib * kGiB * (1 - o.reserve_fraction);
+    std::string msg = "no plan fits in " + gib(budget) + " per device (" +
+                      gib(cluster.device.memory_gib * kGiB) + " x " +
+                      std::to_string(1 - o.reserve_fraction).substr(0, 4) + ")";
+    if (r.smallest) {
+      msg += ": the smallest needs " + gib(r.smallest->memory.total()) + " (" +
+             plan_summary(r.smallest->plan) + ")";
+    }
+    return resource_exhausted(msg);
+  }
+  return std::move(r);
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,237 @@
+// Per-block costs for one (tp, cp, ep, mbs, sp, recompute) shape. The IR gives t = 1 numbers;
+// this file applies the splits (hardware.md, Korthikanti et al. 2022):
+//   activations: replicated / (sp ? t : 1) + sharded / t + scores / t, all / cp;
+//   selective recomputation drops the scores; full keeps the block input 2sbh (/ t with SP);
+//   TP: one all-reduce (or all-gather + reduce-scatter with SP, same volume) of b s h per
+//   attention/MLP layer forward, one backward, one more forward under full recomputation.
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/plan/cost_model.h"
+
+namespace tessera::plan {
+namespace {
+
+struct Context {
+  const ClusterSpec& cluster;
+  const Workload& workload;
+  const ShapeKey& key;
+  const CostOptions& options;
+  double peak = 0, efficiency = 0, membw = 0;
+  LinkPath tp_path, cp_path, ep_path;
+};
+
+double kv_split(const ir::Layer& l, int tp) {
+  return static_cast<double>(std::min<int64_t>(tp, l.kv_heads));
+}
+
+// Forward compute of one layer, and the attention core's share (what selective recomputes).
+struct LayerTimes {
+  double gemm_s = 0, core_s = 0, traffic_s = 0, core_traffic_s = 0;
+  double fwd_s() const { return gemm_s + traffic_s; }
+};
+
+LayerTimes layer_times(const Context& x, const ir::Layer& l) {
+  const ShapeKey& k = x.key;
+  const double t = k.tp, c = k.cp, e = k.ep;
+  LayerTimes out;
+  for (ir::Gemm g : ir::layer_gemms(l, k.mbs, x.workload.seq_len)) {
+    switch (g.split) {
+      case ir::GemmSplit::kNone: g.m /= c; break;
+      case ir::GemmSplit::kColumn:
+        g.m /= c;
+        if (l.kind == ir::LayerKind::kAttention) {
+          // Q is split by t; K and V by min(t, kv heads), replicated beyond that.
+          const double q = static_cast<double>(l.heads * l.head_dim);
+          g.n = q / t + (g.n - q) / kv_split(l, k.tp);
+        } else {
+          g.n /= t;
+        }
+        break;
+      case ir::GemmSplit::kRow:
+        g.m /= c;
+        g.k /= t;
+        break;
+      case ir::GemmSplit::kHeads:
+        g.batch /= t;
+        g.m /= c;
+        break;
+      case ir::GemmSplit::kExperts:
+        g.batch /= e;
+        g.m *= e / c;
+        g.n /= t;
+        break;
+      case ir::GemmSplit::kExpertsRow:
+        g.batch /= e;
+        g.m *= e / c;
+        g.k /= t;
+        break;
+    }
+    const double s = gemm_time(g.m, g.n, g.k, g.batch, x.peak, x.efficiency, x.options.gemm_knee);
+    out.gemm_s += s;
+    if (g.attention_core) out.core_s += s;
+  }
+  const ir::TrafficBytes tr = ir::layer_traffic(l, k.mbs, x.workload.seq_len);
+  const double rep_div = k.sp ? t : 1.0;
+  out.traffic_s = (tr.replicated / rep_div + tr.sharded / t) / c / x.membw;
+  if (l.kind == ir::LayerKind::kAttention) {
+    if (x.options.flash_attention) {
+      out.traffic_s -= tr.sharded / t / c / x.membw;  // scores stay in on-chip memory
+    } else {
+      out.core_traffic_s = tr.sharded / t / c / x.membw;
+    }
+  }
+  return out;
+}
+
+// Adds one layer to a block's cost. `recompute` is false for the pre/post groups, which
+// Megatron-LM never recomputes.
+void add_layer(const Context& x, const ir::Layer& l, bool recompute, BlockCost& b,
+               double& full_act) {
+  const ShapeKey& k = x.key;
+  const double t = k.tp, c = k.cp;
+  const double tokens = static_cast<double>(k.mbs) * static_cast<double>(x.workload.seq_len) / c;
+  const LayerTimes lt = layer_times(x, l);
+  const Recompute rc = recompute ? k.recompute : Recompute::kNone;
+  b.fwd_s += lt.fwd_s();
+  b.bwd_s += 2 * lt.fwd_s();
+  if (x.options.flash_attention) b.bwd_s += 0.5 * lt.core_s;  // QK^T recomputed in backward
+  if (rc == Recompute::kFull) b.bwd_s += lt.fwd_s();
+  if (rc == Recompute::kSelective && !x.options.flash_attention) {
+    b.bwd_s += lt.core_s + lt.core_traffic_s;
+  }
+
+  // TP collectives: one per attention/MLP/MoE layer each way (vocab-parallel embedding: forward;
+  // LM head: backward), one more when full recomputation replays the forward.
+  const double act_msg = 2.0 * tokens * static_cast<double>(l.hidden);
+  double tp_count = 0;
+  switch (l.kind) {
+    case ir::LayerKind::kAttention:
+    case ir::LayerKind::kMlp:
+    case ir::LayerKind::kMoe: tp_count = rc == Recompute::kFull ? 3 : 2; break;
+    case ir::LayerKind::kEmbedding:
+    case ir::LayerKind::kLmHead: tp_count = 1; break;
+    case ir::LayerKind::kNorm: break;
+  }
+  b.tp_comm_s += (1 - x.options.tp_overlap) * tp_count * allreduce_time(act_msg, k.tp, x.tp_path);
+
+  if (l.kind == ir::LayerKind::kAttention && k.cp > 1) {
+    // Ring attention: cp-1 steps passing this rank's K and V forward; backward passes K, V and
+    // their gradients. Each step overlaps with one block of attention compute.
+    const double kv_bytes =
+        2.0 * 2.0 * tokens * static_cast<double>(l.kv_heads * l.head_dim) / kv_split(l, k.tp);
+    const double step = p2p_time(kv_bytes, x.cp_path) * (k.cp - 1);
+    const double hide = x.options.cp_overlap * lt.core_s;
+    double passes = std::max(0.0, step - hide) + std::max(0.0, 2 * step - 2 * hide);
+    if (rc == Recompute::kFull) passes += std::max(0.0, step - hide);
+    b.cp_comm_s += passes;
+  }
+  if (l.kind == ir::LayerKind::kMoe && k.ep > 1) {
+    // Dispatch and combine all-to-alls, forward and backward (and the replayed forward).
+    const double bytes = act_msg * static_cast<double>(l.top_k) / (k.sp ? t : 1.0);
+    const double count = rc == Recompute::kFull ? 6 : 4;
+    b.ep_comm_s += count * alltoall_time(bytes, k.ep, x.ep_path);
+  }
+
+  ir::ActivationBytes a = ir::layer_activations(l, k.mbs, x.workload.seq_len);
+  if (x.options.flash_attention && l.kind == ir::LayerKind::kAttention) {
+    // Only the fp32 log-sum-exp per query row and head survives; selective recomputation has
+    // nothing left to drop.
+    a.sharded += 4.0 * static_cast<double>(l.heads) * static_cast<double>(k.mbs) *
+                 static_cast<double>(x.workload.seq_len);
+    a.scores = 0;
+  }
+  const double rep_div = k.sp ? t : 1.0;
+  const double none = (a.replicated / rep_div + a.sharded / t + a.scores / t) / c;
+  full_act += none;
+  switch (rc) {
+    case Recompute::kNone: b.act_bytes += none; break;
+    case Recompute::kSelective:
+      b.act_bytes += none - a.scores / t / c;
+      b.transient_bytes = std::max(b.transient_bytes, a.scores / t / c);
+      break;
+    case Recompute::kFull: break;  // the block input is added once per block by the caller
+  }
+
+  const ir::ParamSplit p = ir::layer_params(l);
+  double kv_div = 1;
+  if (l.kind == ir::LayerKind::kAttention) kv_div = kv_split(l, k.tp);
+  b.dense_params += static_cast<double>(p.tp_sharded) / t +
+                    static_cast<double>(p.kv_sharded) / kv_div + static_cast<double>(p.replicated);
+  b.expert_params += static_cast<double>(p.expert) / (t * k.ep);
+}
+
+}  // namespace
+
+ShapeCosts compute_shape_costs(const ir::Model& model, const ClusterSpec& cluster,
+                               const Workload& workload, const ShapeKey& key,
+                               const CostOptions& options) {
+  Context x{cluster, workload, key, options, 0, 0, 0, {}, {}, {}};
+  x.peak = cluster.device.peak_flops(workload.dtype);
+  x.efficiency =
+      options.gemm_efficiency > 0 ? options.gemm_efficiency : cluster.device.gemm_efficiency;
+  x.membw = cluster.device.memory_bandwidth_gbps * 1e9 * options.memory_efficiency;
+  x.tp_path = group_path(cluster, 1, key.tp);
+  x.cp_path = group_path(cluster, key.tp, key.cp);
+  x.ep_path = group_path(cluster, static_cast<int64_t>(key.tp) * key.cp, key.ep);
+
+  ShapeCosts out;
+  out.key = key;
+  out.blocks.assign(static_cast<size_t>(model.num_blocks), BlockCost{});
+  std::vector<double> full_act(out.blocks.size(), 0.0);
+  double unused = 0;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const int block = model.block_of[i];
+    const ir::Layer& l = model.layers[i];
+    if (block < 0) {
+      add_layer(x, l, false, out.pre, unused);
+    } else if (block >= model.num_blocks) {
+      add_layer(x, l, false, out.post, unused);
+    } else {
+      add_layer(x, l, true, out.blocks[static_cast<size_t>(block)],
+                full_act[static_cast<size_t>(block)]);
+    }
+  }
+  const double tokens =
+      static_cast<double>(key.mbs) * static_cast<double>(workload.seq_len) / key.cp;
+  for (size_t j = 0; j < out.blocks.size(); ++j) {
+    BlockCost& b = out.blocks[j];
+    if (key.recompute == Recompute::kFull) {
+      // Keeps the block input; replays the block, whose activations live during its backward.
+      b.act_bytes = 2.0 * tokens * static_cast<double>(model.hidden) / (key.sp ? key.tp : 1);
+      b.transient_bytes = full_act[j];
+    }
+    out.max_transient = std::max(out.max_transient, b.transient_bytes);
+    out.max_block_params = std::max(out.max_block_params, b.dense_params + b.expert_params);
+  }
+  const size_t n = out.blocks.size();
+  for (auto* v : {&out.time, &out.fwd, &out.bwd, &out.tp, &out.cp, &out.ep, &out.act, &out.dense,
+                  &out.expert}) {
+    v->assign(n + 1, 0.0);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const BlockCost& b = out.blocks[j];
+    out.time[j + 1] = out.time[j] + b.total_s();
+    out.fwd[j + 1] = out.fwd[j] + b.fwd_s;
+    out.bwd[j + 1] = out.bwd[j] + b.bwd_s;
+    out.tp[j + 1] = out.tp[j] + b.tp_comm_s;
+    out.cp[j + 1] = out.cp[j] + b.cp_comm_s;
+    out.ep[j + 1] = out.ep[j] + b.ep_comm_s;
+    out.act[j + 1] = out.act[j] + b.act_bytes;
+    out.dense[j + 1] = out.dense[j] + b.dense_params;
+    out.expert[j + 1] = out.expert[j] + b.expert_params;
+  }
+  out.homogeneous = true;
+  for (const BlockCost& b : out.blocks) {
+    const BlockCost& f = out.blocks.front();
+    if (b.total_s() != f.total_s() || b.act_bytes != f.act_bytes ||
+        b.dense_params != f.dense_params || b.expert_params != f.expert_params ||
+        b.transient_bytes != f.transient_bytes) {
+      out.homogeneous = false;
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,372 @@
+// `tessera plan`: the fastest parallel plans for a model on a cluster, with the contract of
+// issue 6 (docs/PLANNER.md). Exit 0 with plans; 2 and one line on stderr for bad input or when
+// nothing fits (then the line gives the smallest requirement, the budget and that plan).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate.h"
+#include "commands.h"
+#include "format.h"
+#include "tessera/common/env.h"
+#include "tessera/ir/loaders.h"
+#include "tessera/plan/calibration.h"
+#include "tessera/plan/replan.h"
+#include "tessera/plan/search.h"
+#include "tessera/plan/timeline.h"
+
+namespace tessera::tools {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr double kGiB = 1073741824.0;
+
+struct PlanOptions {
+  std::string model, cluster, devices, global_batch, seq_len, dtype = "bf16", fix, top = "5";
+  std::string timeline, phases, attention = "flash";
+  std::string device, calibration, calibration_out = "tessera-calibration.json";
+  bool json = false, explain = false, calibrate = false;
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "tessera plan: %s\n", message.c_str());
+  throw CLI::RuntimeError(2);
+}
+
+template <typename T>
+T check(Result<T> result) {
+  if (!result.ok()) fail(result.status().message());
+  return std::move(result).value();
+}
+
+int64_t positive(const std::string& flag, const std::string& text) {
+  auto v = env::parse_int(text);
+  if (!v.ok() || *v < 1) fail(flag + " must be a positive integer, got '" + text + "'");
+  return *v;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+Json estimate_json(const plan::Estimate& e) {
+  const plan::Plan& p = e.plan;
+  const plan::TimeBreakdown& t = e.time;
+  const plan::MemoryBreakdown& m = e.memory;
+  return {{"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"cp", p.cp},
+          {"ep", p.ep},
+          {"vp", p.vp},
+          {"mbs", p.mbs},
+          {"num_microbatches", p.num_microbatches},
+          {"zero", p.zero},
+          {"recompute", plan::recompute_name(p.recompute)},
+          {"sp", p.sp ? 1 : 0},
+          {"stage_layers", p.stage_blocks},
+          {"step_time_s", e.step_time_s},
+          {"tokens_per_s", e.tokens_per_s},
+          {"model_tflops_per_device", e.model_tflops_per_device},
+          {"hardware_tflops_per_device", e.hardware_tflops_per_device},
+          {"mfu", e.mfu},
+          {"memory_gib_per_device", m.total() / kGiB},
+          {"breakdown",
+           {{"compute_s", t.compute_s},
+            {"bubble_s", t.bubble_s},
+            {"tp_comm_s", t.tp_comm_s},
+            {"pp_comm_s", t.pp_comm_s},
+            {"dp_comm_s", t.dp_comm_s},
+            {"cp_comm_s", t.cp_comm_s},
+            {"ep_comm_s", t.ep_comm_s},
+            {"optimizer_s", t.optimizer_s}}},
+          {"memory_breakdown_gib",
+           {{"weights", m.weights / kGiB},
+            {"gradients", m.gradients / kGiB},
+            {"optimizer", m.optimizer / kGiB},
+            {"activations", m.activations / kGiB},
+            {"transient", m.transient / kGiB}}}};
+}
+
+std::string plans_table(const std::vector<plan::Estimate>& plans) {
+  Table table({"#", "TP", "PP", "DP", "CP", "EP", "VP", "MBS", "ZERO", "RECOMPUTE", "SP", "STEP s",
+               "TOKENS/s", "TFLOP/s", "MFU", "MEM GiB"});
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const plan::Estimate& e = plans[i];
+    const plan::Plan& p = e.plan;
+    table.add(
+        {std::to_string(i + 1), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.dp),
+         std::to_string(p.cp), std::to_string(p.ep), std::to_string(p.vp), std::to_string(p.mbs),
+         std::to_string(p.zero), std::string(plan::recompute_name(p.recompute)), p.sp ? "1" : "0",
+         fixed(e.step_time_s, 3), fixed(e.tokens_per_s, 0), fixed(e.model_tflops_per_device, 1),
+         fixed(100 * e.mfu, 1) + "%", fixed(e.memory.total() / kGiB, 1)});
+  }
+  return table.to_string();
+}
+
+// Why the best plan wins: where its time goes, what binds it, and what each single change
+// would cost (re-evaluated with the same model, so the reasons are the model's own).
+std::string explain(const ir::Model& model, const plan::ClusterSpec& cluster,
+                    const plan::Workload& w, const std::vector<plan::Estimate>& plans,
+                    const plan::CostOptions& options) {
+  const plan::Estimate& best = plans.front();
+  const plan::TimeBreakdown& t = best.time;
+  std::ostringstream out;
+  auto pct = [&](double s) { return fixed(100 * s / best.step_time_s, 1) + "%"; };
+  out << "\nWhy plan 1 (" << plan::plan_summary(best.plan) << "):\n";
+  out << "  step " << fixed(best.step_time_s, 3) << " s = compute " << fixed(t.compute_s, 3) << " ("
+      << pct(t.compute_s) << ") + bubble " << fixed(t.bubble_s, 3) << " (" << pct(t.bubble_s)
+      << ") + TP " << fixed(t.tp_comm_s, 3) << " + CP " << fixed(t.cp_comm_s, 3) << " + EP "
+      << fixed(t.ep_comm_s, 3) << " + PP " << fixed(t.pp_comm_s, 3) << " + DP "
+      << fixed(t.dp_comm_s, 3) << " + optimizer " << fixed(t.optimizer_s, 3)
+      << " s (communication figures are the exposed part)\n";
+  const std::pair<const char*, double> parts[] = {{"compute", t.compute_s},
+                                                  {"the pipeline bubble", t.bubble_s},
+                                                  {"TP communication", t.tp_comm_s},
+                                                  {"CP communication", t.cp_comm_s},
+                                                  {"EP all-to-alls", t.ep_comm_s},
+                                                  {"PP transfers", t.pp_comm_s},
+                                                  {"DP gradient reduction", t.dp_comm_s},
+                                                  {"the optimizer", t.optimizer_s}};
+  const auto* top = &parts[0];
+  for (const auto& part : parts) {
+    if (part.second > top->second) top = &part;
+  }
+  const plan::MemoryBreakdown& m = best.memory;
+  out << "  bound by " << top->first << " (" << pct(top->second) << " of the step); memory: stage "
+      << best.binding_stage << " uses " << fixed(m.total() / kGiB, 1) << " of "
+      << fixed(best.memory_budget_bytes / kGiB, 1) << " GiB (weights " << fixed(m.weights / kGiB, 1)
+      << ", gradients " << fixed(m.gradients / kGiB, 1) << ", optimizer "
+      << fixed(m.optimizer / kGiB, 1) << ", activations " << fixed(m.activations / kGiB, 1)
+      << ", transient " << fixed(m.transient / kGiB, 1) << ")\n";
+  out << "  layers per stage:";
+  for (int b : best.plan.stage_blocks) out << " " << b;
+  out << "\n  single changes:\n";
+  auto variant = [&](const std::string& label, plan::Plan p) {
+    p.stage_blocks.clear();
+    if (p.dp > 0 && p.mbs > 0) p.num_microbatches = w.global_batch / (p.dp * p.mbs);
+    auto e = plan::evaluate(model, cluster, w, p, options);
+    if (!e.ok()) return;  // not a valid plan: nothing to compare
+    out << "    " << label << ": ";
+    if (!e->fits) {
+      out << "does not fit (needs " << fixed(e->memory.total() / kGiB, 1) << " GiB)\n";
+    } else {
+      out << fixed(100 * (e->step_time_s / best.step_time_s - 1), 1) << "% slower, "
+          << fixed(e->memory.total() / kGiB, 1) << " GiB\n";
+    }
+  };
+  const plan::Plan& b = best.plan;
+  for (plan::Recompute rc :
+       {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
+    plan::Plan p = b;
+    p.recompute = rc;
+    // Under fused attention selective equals none: not a separate choice.
+    const bool twin =
+        options.flash_attention &&
+        (rc == plan::Recompute::kSelective || b.recompute == plan::Recompute::kSelective) &&
+        rc != plan::Recompute::kFull && b.recompute != plan::Recompute::kFull;
+    if (rc != b.recompute && !twin) {
+      variant("recompute=" + std::string(plan::recompute_name(rc)), p);
+    }
+  }
+  for (int z = 0; z <= 3; ++z) {
+    plan::Plan p = b;
+    p.zero = z;
+    if (z != b.zero) variant("zero=" + std::to_string(z), p);
+  }
+  if (b.tp > 1) {
+    plan::Plan p = b;
+    p.sp = !b.sp;
+    variant(std::string("sp=") + (p.sp ? "1" : "0"), p);
+  }
+  for (int mbs : {b.mbs * 2, b.mbs / 2}) {
+    plan::Plan p = b;
+    p.mbs = mbs;
+    if (mbs >= 1 && w.global_batch % (static_cast<int64_t>(b.dp) * mbs) == 0) {
+      variant("mbs=" + std::to_string(mbs), p);
+    }
+  }
+  if (plans.size() > 1) {
+    out << "  runner-up (" << plan::plan_summary(plans[1].plan) << ") is "
+        << fixed(100 * (plans[1].step_time_s / best.step_time_s - 1), 2) << "% slower\n";
+  }
+  return out.str();
+}
+
+// --calibrate: measure, write the file, print what was measured.
+void run_calibrate(const PlanOptions& o) {
+  const plan::Calibration c = check(measure_calibration(o.device));
+  std::ofstream file(o.calibration_out);
+  if (!(file << plan::calibration_to_json(c))) {
+    fail(o.calibration_out + ": cannot write the calibration file");
+  }
+  if (o.json) {
+    if (o.model.empty()) std::cout << plan::calibration_to_json(c);  // one JSON document only
+    return;
+  }
+  std::cout << "calibrated " << c.backend << " (" << c.device << ", " << c.devices
+            << " device(s)) -> " << o.calibration_out << "\n";
+  for (const auto& p : c.gemm) {
+    std::cout << "  gemm f32 " << p.n << "^3: " << fixed(p.tflops * 1e3, 1) << " GFLOP/s\n";
+  }
+  std::cout << "  fit: peak " << fixed(c.peak_tflops * 1e3, 1) << " GFLOP/s, knee "
+            << fixed(c.knee, 1) << "\n  device-to-device copy: " << fixed(c.d2d_copy_gbps, 1)
+            << " GB/s\n";
+}
+
+void run_plan(const PlanOptions& o) {
+  if (o.calibrate) {
+    run_calibrate(o);
+    if (o.model.empty()) return;
+  }
+  if (o.model.empty()) fail("--model is required (a preset or a config.json / layer list)");
+  std::optional<plan::Calibration> calibration;
+  if (!o.calibration.empty() || o.calibrate) {
+    calibration = check(plan::load_calibration(o.calibrate ? o.calibration_out : o.calibration));
+  }
+  if (o.cluster.empty() && !calibration) {
+    fail("--cluster is required (a preset or a cluster JSON), or --calibration FILE");
+  }
+  if (o.phases.empty() && o.global_batch.empty()) fail("--global-batch is required");
+  if (o.phases.empty() && o.seq_len.empty()) fail("--seq-len is required");
+  if (o.dtype != "bf16" && o.dtype != "fp16")
+    fail("--dtype must be bf16 or fp16, got '" + o.dtype + "'");
+  const ir::Model model = check(ir::load_model(o.model));
+  plan::ClusterSpec cluster = o.cluster.empty() ? plan::cluster_from_calibration(*calibration)
+                                                : check(plan::load_cluster(o.cluster));
+  if (!o.devices.empty())
+    cluster = check(plan::with_devices(cluster, positive("--devices", o.devices)));
+  plan::SearchConstraints constraints;
+  if (Status s = plan::parse_fixes(o.fix, &constraints); !s.ok()) fail(s.message());
+  constraints.top = static_cast<int>(positive("--top", o.top));
+  if (o.attention != "flash" && o.attention != "materialized") {
+    fail("--attention must be flash or materialized, got '" + o.attention + "'");
+  }
+  plan::CostOptions options;
+  options.flash_attention = o.attention == "flash";
+  if (calibration) plan::apply_calibration(*calibration, &cluster, &options);
+  const plan::Dtype dtype = o.dtype == "fp16" ? plan::Dtype::kFp16 : plan::Dtype::kBf16;
+  if (!o.phases.empty()) {
+    const auto report =
+        check(plan::replan_phases_file(model, cluster, dtype, o.phases, constraints, options));
+    std::cout << (o.json ? plan::phases_json(report) : plan::phases_text(report));
+    return;
+  }
+  const plan::Workload w{positive("--global-batch", o.global_batch),
+                         positive("--seq-len", o.seq_len), dtype};
+  const plan::SearchResult r = check(plan::search_plans(model, cluster, w, constraints, options));
+  if (!o.timeline.empty()) {
+    const plan::Estimate& best = r.plans.front();
+    const std::string svg = plan::timeline_svg(best, plan::simulate_pipeline(best),
+                                               model.name + ": " + plan::plan_summary(best.plan));
+    std::ofstream file(o.timeline);
+    if (!(file << svg)) fail(o.timeline + ": cannot write the timeline");
+  }
+  if (o.json) {
+    Json plans = Json::array();
+    for (const plan::Estimate& e : r.plans) plans.push_back(estimate_json(e));
+    const Json out = {{"model",
+                       {{"name", model.name},
+                        {"params", ir::model_params(model)},
+                        {"active_params", ir::model_active_params(model)},
+                        {"layers", model.num_blocks},
+                        {"hidden", model.hidden},
+                        {"heads", model.heads},
+                        {"kv_heads", model.kv_heads},
+                        {"vocab", model.vocab},
+                        {"experts", model.experts}}},
+                      {"cluster",
+                       {{"name", cluster.name},
+                        {"hosts", cluster.hosts},
+                        {"devices_per_host", cluster.devices_per_host},
+                        {"device", cluster.device.name},
+                        {"memory_gib", cluster.device.memory_gib}}},
+                      {"workload",
+                       {{"global_batch", w.global_batch},
+                        {"seq_len", w.seq_len},
+                        {"dtype", plan::dtype_name(w.dtype)}}},
+                      {"plans", plans},
+                      {"search",
+                       {{"candidates", r.candidates},
+                        {"evaluated", r.evaluated},
+                        {"feasible", r.feasible},
+                        {"elapsed_ms", r.elapsed_ms}}}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  const plan::ClusterSpec& c = cluster;
+  std::cout << "model    " << model.name << ": " << fixed(ir::model_params(model) / 1e9, 2)
+            << " B parameters, " << model.num_blocks << " layers, hidden " << model.hidden << ", "
+            << model.heads << " heads (" << model.kv_heads << " kv), vocab " << model.vocab
+            << (model.experts ? ", " + std::to_string(model.experts) + " experts" : "") << "\n"
+            << "cluster  " << c.name << ": " << c.hosts << " x " << c.devices_per_host << " "
+            << c.device.name << " (" << fixed(c.device.memory_gib, 0) << " GiB, "
+            << fixed(c.device.peak_flops(dtype) / 1e12, 0) << " TFLOP/s " << o.dtype << "), "
+            << c.intra_host.link << " " << fixed(c.intra_host.busbw_gbps, 0) << " GB/s busbw, "
+            << c.inter_host.nics_per_host << " x " << c.inter_host.link << " "
+            << fixed(c.inter_host.busbw_gbps, 1) << " GB/s\n"
+            << "step     " << w.global_batch << " sequences x " << w.seq_len << " tokens\n"
+            << "search   " << r.candidates << " candidates, " << r.evaluated << " priced, "
+            << r.feasible << " fit in " << fixed(r.plans.front().memory_budget_bytes / kGiB, 1)
+            << " GiB, " << fixed(r.elapsed_ms, 1) << " ms\n\n"
+            << plans_table(r.plans);
+  if (o.explain) std::cout << explain(model, cluster, w, r.plans, options);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Find the fastest data/tensor/pipeline/context/expert-parallel plan that fits");
+  cmd->add_option(
+      "--model", o->model, "Model preset (" + [] {
+        std::string names;
+        for (const auto& n : ir::model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+        return names;
+      }() + ") or a config.json / layer-list file");
+  cmd->add_option("--cluster", o->cluster,
+                  "Cluster preset (dgx-a100-80gb, dgx-h100, ascend-910b-8, mi250x-8) or JSON file");
+  cmd->add_option("--devices", o->devices, "Devices to plan for (resizes the cluster)");
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per step");
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence");
+  cmd->add_option("--dtype", o->dtype, "bf16 (default) or fp16");
+  cmd->add_option("--fix", o->fix,
+                  "Fixed values: tp pp dp vp mbs zero(0-3) recompute(none|selective|full) "
+                  "sp(0|1) cp ep, e.g. tp=8,zero=1");
+  cmd->add_option("--top", o->top, "Plans to show (default 5)");
+  cmd->add_option("--attention", o->attention,
+                  "flash (fused attention, default) or materialized (the s x s scores are stored, "
+                  "as in Megatron-LM 2021)");
+  cmd->add_flag("--json", o->json, "Print JSON for machines");
+  cmd->add_flag("--explain", o->explain, "Explain why the best plan wins and what bounds it");
+  cmd->add_option("--timeline", o->timeline, "Write the best plan's step as an SVG Gantt chart");
+  cmd->add_flag("--calibrate", o->calibrate,
+                "Measure GEMM and copy speed on a local device through the HAL and write a "
+                "calibration file (alone, or before planning with it)");
+  cmd->add_option("--device", o->device, "Device to calibrate, e.g. host:0 (default: the first)");
+  cmd->add_option("--calibration-out", o->calibration_out,
+                  "Where --calibrate writes (default tessera-calibration.json)");
+  cmd->add_option("--calibration", o->calibration,
+                  "Use measured figures from a calibration file; without --cluster, plan for the "
+                  "calibrated local devices");
+  cmd->add_option("--phases", o->phases,
+                  "Plan each phase of a JSON file and say when switching layouts pays");
+  // Unknown arguments reach the callback so they too get exit code 2 and one line.
+  cmd->allow_extras();
+  cmd->fallthrough(false);
+  cmd->callback([o, cmd] {
+    if (!cmd->remaining().empty()) fail("unexpected argument '" + cmd->remaining().front() + "'");
+    run_plan(*o);
+  });
+}
+
+}  // namespace tessera::tools
