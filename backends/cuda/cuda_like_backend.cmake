@@ -1,0 +1,137 @@
+# tessera_add_cuda_like_backend(): builds backends/cuda against a CUDA-shaped runtime, the real
+# CUDA runtime or a vendor's renamed copy of it (docs/CUDA_COMPATIBLE_STACKS.md). The same sources
+# every time; what differs is configuration:
+#
+#   tessera_add_cuda_like_backend(<name>
+#     PREFIX <token>            runtime symbol prefix: cuda, mc, musa, supa, fakert ...
+#     HEADER <file>             the runtime header: cuda_runtime_api.h, mc_runtime_api.h ...
+#     LIBRARY <targets/paths>   what to link for the runtime: CUDA::cudart_static, a path ...
+#     [INCLUDE_DIRS <dirs>]     where HEADER lives, when not on the default path
+#     [KERNELS ON|OFF]          compile reduce.cu/cast.cu with the CUDA language (default OFF);
+#                               OFF leaves reduce_async and cast_async NULL
+#     [ARCHITECTURES <list>]    CUDA architectures, e.g. "80;90": SASS for each, PTX for the last
+#     [IPC ON|OFF]              the stack has IPC memory handles (default ON)
+#     [VENDOR <text>]           tsr_device_properties.vendor (default NVIDIA)
+#     [NVIDIA_TABLES ON|OFF]    peak FLOP/s from NVIDIA's per-architecture table (default OFF)
+#     [DRIVER_LIBRARY <soname>] probed with dlopen before init; its absence gives NO_DRIVER with
+#                               the loader's message ("" skips the probe)
+#     [BLAS_LIBRARIES <list>]   sonames tried for GEMM ("" leaves gemm_async NULL)
+#     [BLAS_PREFIX <p>]         its symbol prefix (cublas: cublasGemmEx)
+#     [CCL_LIBRARY <soname>]    collective library ("" leaves the collectives sub-table NULL)
+#     [CCL_PREFIX <p>]          its symbol prefix (nccl: ncclAllReduce)
+#     [TEST_ONLY]               not installed, not listed as built; written to OUTPUT_DIRECTORY
+#     [OUTPUT_DIRECTORY <dir>])
+#
+# Creates target tessera-backend-<name>, file libtessera-backend-<name>.so.
+include_guard(GLOBAL)
+
+function(tessera_add_cuda_like_backend name)
+  cmake_parse_arguments(ARG "TEST_ONLY"
+    "PREFIX;HEADER;KERNELS;IPC;VENDOR;NVIDIA_TABLES;DRIVER_LIBRARY;BLAS_PREFIX;CCL_LIBRARY;CCL_PREFIX;OUTPUT_DIRECTORY"
+    "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES" ${ARGN})
+  foreach(required PREFIX HEADER LIBRARY)
+    if(NOT ARG_${required})
+      message(FATAL_ERROR "tessera_add_cuda_like_backend(${name}): ${required} is required")
+    endif()
+  endforeach()
+  foreach(flag KERNELS NVIDIA_TABLES)
+    if(NOT DEFINED ARG_${flag})
+      set(ARG_${flag} OFF)
+    endif()
+  endforeach()
+  if(NOT DEFINED ARG_IPC)
+    set(ARG_IPC ON)
+  endif()
+  if(NOT DEFINED ARG_VENDOR)
+    set(ARG_VENDOR NVIDIA)
+  endif()
+  foreach(optional DRIVER_LIBRARY CCL_LIBRARY)
+    if(NOT DEFINED ARG_${optional})
+      set(ARG_${optional} "")
+    endif()
+  endforeach()
+  if(NOT ARG_BLAS_PREFIX)
+    set(ARG_BLAS_PREFIX cublas)
+  endif()
+  if(NOT ARG_CCL_PREFIX)
+    set(ARG_CCL_PREFIX nccl)
+  endif()
+
+  set(dir ${PROJECT_SOURCE_DIR}/backends/cuda)
+  set(sources ${dir}/collectives.cc ${dir}/compute.cc ${dir}/devices.cc ${dir}/entry.cc
+              ${dir}/errors.cc ${dir}/event.cc ${dir}/gemm.cc ${dir}/ipc.cc ${dir}/memory.cc
+              ${dir}/state.cc ${dir}/stream.cc ${dir}/transfer.cc)
+  if(ARG_KERNELS)
+    list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu)
+  endif()
+
+  set(target tessera-backend-${name})
+  if(ARG_TEST_ONLY)
+    add_library(${target} MODULE ${sources})
+    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/hal/include)
+    set_target_properties(${target} PROPERTIES
+      PREFIX "lib"
+      OUTPUT_NAME tessera-backend-${name}
+      LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY}
+      C_VISIBILITY_PRESET hidden
+      CXX_VISIBILITY_PRESET hidden
+      VISIBILITY_INLINES_HIDDEN ON)
+    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+    tessera_target_defaults(${target})
+  else()
+    tessera_add_backend(${name} SOURCES ${sources})
+  endif()
+
+  target_include_directories(${target} PRIVATE ${dir} ${ARG_INCLUDE_DIRS})
+  string(REPLACE ";" ":" blas_list "${ARG_BLAS_LIBRARIES}")
+  foreach(flag KERNELS IPC NVIDIA_TABLES)
+    if(ARG_${flag})
+      set(have_${flag} 1)
+    else()
+      set(have_${flag} 0)
+    endif()
+  endforeach()
+  target_compile_definitions(${target} PRIVATE
+    TESSERA_CUDA_RUNTIME_PREFIX=${ARG_PREFIX}
+    TESSERA_CUDA_RUNTIME_HEADER="${ARG_HEADER}"
+    TESSERA_CUDA_BACKEND_NAME="${name}"
+    TESSERA_CUDA_VERSION="${PROJECT_VERSION}"
+    TESSERA_CUDA_VENDOR="${ARG_VENDOR}"
+    TESSERA_CUDA_HAVE_KERNELS=${have_KERNELS}
+    TESSERA_CUDA_HAVE_IPC=${have_IPC}
+    TESSERA_CUDA_NVIDIA_TABLES=${have_NVIDIA_TABLES}
+    TESSERA_CUDA_DRIVER_LIBRARY="${ARG_DRIVER_LIBRARY}"
+    TESSERA_CUDA_BLAS_LIBRARIES="${blas_list}"
+    TESSERA_CUDA_BLAS_PREFIX="${ARG_BLAS_PREFIX}"
+    TESSERA_CUDA_CCL_LIBRARY="${ARG_CCL_LIBRARY}"
+    TESSERA_CUDA_CCL_PREFIX="${ARG_CCL_PREFIX}")
+  find_package(Threads REQUIRED)
+  target_link_libraries(${target} PRIVATE ${ARG_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS})
+  # Only the entry point is exported; a statically linked runtime stays private.
+  target_link_options(${target} PRIVATE -Wl,--version-script=${dir}/exports.map)
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${dir}/exports.map)
+
+  if(ARG_KERNELS)
+    # SASS for every listed architecture, PTX for the last (newer GPUs JIT it).
+    set(archs "")
+    list(LENGTH ARG_ARCHITECTURES count)
+    math(EXPR last "${count} - 1")
+    set(i 0)
+    foreach(arch IN LISTS ARG_ARCHITECTURES)
+      if(i EQUAL last)
+        list(APPEND archs "${arch}")
+      else()
+        list(APPEND archs "${arch}-real")
+      endif()
+      math(EXPR i "${i} + 1")
+    endforeach()
+    set_target_properties(${target} PROPERTIES
+      CUDA_ARCHITECTURES "${archs}"
+      CUDA_STANDARD 17
+      CUDA_STANDARD_REQUIRED ON
+      CUDA_RUNTIME_LIBRARY Static)
+    # IEEE results bit for bit: no fast math, no flush-to-zero, correctly rounded division.
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-ftz=false -prec-div=true -Xcompiler=-fvisibility=hidden>)
+  endif()
+endfunction()

@@ -1,0 +1,24 @@
+// The reduction and cast kernels (reduce.cu, cast.cu), callable from host code. Arguments are
+// validated by compute.cc before these run; the device of `stream` must be current. Each returns
+// the launch status.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime_names.h"
+#include "tessera/hal/backend_abi.h"
+
+namespace tessera::cuda::kernels {
+
+inline constexpr int kMaxSources = 64;
+
+// dst[i] = op(srcs[0][i], ..., srcs[n-1][i]) with the semantics of tsr_reduce_op; dst may be
+// exactly one of the sources. `blocks_hint` is the device's SM count (sizes the grid).
+rtError_t launch_reduce(void* dst, const void* const* srcs, int num_srcs, size_t count,
+                        tsr_dtype dtype, tsr_reduce_op op, int blocks_hint, rtStream_t stream);
+
+// dst[i] = convert(src[i]); src and dst must not overlap unless identical with equal sizes.
+rtError_t launch_cast(void* dst, tsr_dtype dst_dtype, const void* src, tsr_dtype src_dtype,
+                      size_t count, int blocks_hint, rtStream_t stream);
+
+}  // namespace tessera::cuda::kernels
