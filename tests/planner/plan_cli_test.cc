@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,7 +18,9 @@ struct CliRun {
 };
 
 CliRun run(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/tessera_plan_err.txt";
+  // One file per process: CTest runs these tests in parallel processes.
+  const std::string err_path =
+      ::testing::TempDir() + "/tessera_plan_err." + std::to_string(getpid()) + ".txt";
   const std::string cmd = std::string(TESSERA_BIN) + " plan " + args + " 2>" + err_path;
   CliRun r;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -63,7 +67,8 @@ TEST(PlanCli, FixedValuesShowUpInEveryPlan) {
       run("--model llama2-13b --cluster dgx-a100-80gb --devices 16 --global-batch 64 "
           "--seq-len 4096 --fix tp=4,recompute=full --json");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const auto& p : nlohmann::json::parse(r.out)["plans"]) {
+  const auto j = nlohmann::json::parse(r.out);  // a named value: the loop must not outlive it
+  for (const auto& p : j["plans"]) {
     EXPECT_EQ(p["tp"].get<int>(), 4);
     EXPECT_EQ(p["recompute"].get<std::string>(), "full");
   }
