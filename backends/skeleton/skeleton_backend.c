@@ -6,8 +6,9 @@
  * (the library must be libtessera-backend-<chip>.so) and replace every TODO(porter) with calls into
  * your vendor runtime. Fill the groups in this order, running `tessera-cts --backend <chip>` after
  * each: devices, memory, copies, streams/events, reductions and casts, IPC, GEMM, native
- * collectives. The contract of each entry is in hal/include/tessera/hal/backend_abi.h; list what
- * you leave NULL in hal/cts/expectations/<chip>.txt with the reason.
+ * collectives. The contract of each entry is in hal/include/tessera/hal/backend_abi.h, the walk
+ * through in docs/PORTING.md; list what you leave NULL, with the reason, in an expectations file
+ * (hal/cts/expectations/<chip>.txt in tree; out of tree pass it with --expectations FILE).
  *
  * Plain C11 on purpose: a backend includes backend_abi.h and its vendor's headers, nothing else
  * of Tessera.
