@@ -10,6 +10,9 @@
 #     [KERNELS ON|OFF]          compile reduce.cu/cast.cu with the CUDA language (default OFF);
 #                               OFF leaves reduce_async and cast_async NULL
 #     [ARCHITECTURES <list>]    CUDA architectures, e.g. "80;90": SASS for each, PTX for the last
+#     [KERNEL_OBJECTS <files>]  reduce/cast kernels compiled outside CMake's CUDA language (hipcc
+#                               for backends/hip); with KERNELS OFF, links them and fills the
+#                               entries as KERNELS ON does
 #     [IPC ON|OFF]              the stack has IPC memory handles (default ON)
 #     [VENDOR <text>]           tsr_device_properties.vendor (default NVIDIA)
 #     [NVIDIA_TABLES ON|OFF]    peak FLOP/s from NVIDIA's per-architecture table (default OFF)
@@ -28,7 +31,7 @@ include_guard(GLOBAL)
 function(tessera_add_cuda_like_backend name)
   cmake_parse_arguments(ARG "TEST_ONLY"
     "PREFIX;HEADER;KERNELS;IPC;VENDOR;NVIDIA_TABLES;DRIVER_LIBRARY;BLAS_PREFIX;CCL_LIBRARY;CCL_PREFIX;OUTPUT_DIRECTORY"
-    "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES" ${ARGN})
+    "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES;KERNEL_OBJECTS" ${ARGN})
   foreach(required PREFIX HEADER LIBRARY)
     if(NOT ARG_${required})
       message(FATAL_ERROR "tessera_add_cuda_like_backend(${name}): ${required} is required")
@@ -64,6 +67,7 @@ function(tessera_add_cuda_like_backend name)
   if(ARG_KERNELS)
     list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu)
   endif()
+  list(APPEND sources ${ARG_KERNEL_OBJECTS})
 
   set(target tessera-backend-${name})
   if(ARG_TEST_ONLY)
@@ -85,7 +89,7 @@ function(tessera_add_cuda_like_backend name)
   target_include_directories(${target} PRIVATE ${dir} ${ARG_INCLUDE_DIRS})
   string(REPLACE ";" ":" blas_list "${ARG_BLAS_LIBRARIES}")
   foreach(flag KERNELS IPC NVIDIA_TABLES)
-    if(ARG_${flag})
+    if(ARG_${flag} OR (flag STREQUAL "KERNELS" AND ARG_KERNEL_OBJECTS))
       set(have_${flag} 1)
     else()
       set(have_${flag} 0)

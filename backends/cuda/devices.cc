@@ -11,6 +11,19 @@
 #define TESSERA_CUDA_VENDOR "NVIDIA"
 #endif
 
+// Hooks a runtime header may define where its stack differs (backends/hip/hip_runtime_names.h):
+// the vendor string from the device's properties, and the 16-byte UUID.
+#ifndef TSR_RT_DEVICE_VENDOR
+#define TSR_RT_DEVICE_VENDOR(prop) TESSERA_CUDA_VENDOR
+#endif
+#ifndef TSR_RT_DEVICE_UUID
+#define TSR_RT_DEVICE_UUID(prop, index, out)                                        \
+  do {                                                                              \
+    static_assert(sizeof (prop).uuid.bytes == 16, "a device UUID is 16 bytes");     \
+    std::memcpy((out), (prop).uuid.bytes, 16);                                      \
+  } while (0)
+#endif
+
 namespace tessera::cuda {
 namespace {
 
@@ -69,9 +82,8 @@ tsr_status describe_device(int32_t index, DeviceInfo* info) {
   std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
   std::snprintf(p.name, sizeof p.name, "%.127s", prop.name);
-  std::snprintf(p.vendor, sizeof p.vendor, "%s", TESSERA_CUDA_VENDOR);
-  static_assert(sizeof prop.uuid.bytes == sizeof p.uuid, "a device UUID is 16 bytes");
-  std::memcpy(p.uuid, prop.uuid.bytes, sizeof p.uuid);
+  std::snprintf(p.vendor, sizeof p.vendor, "%s", TSR_RT_DEVICE_VENDOR(prop));
+  TSR_RT_DEVICE_UUID(prop, index, p.uuid);
   std::snprintf(p.pci_bus_id, sizeof p.pci_bus_id, "%04x:%02x:%02x.0",
                 unsigned(prop.pciDomainID) & 0xffffu, unsigned(prop.pciBusID) & 0xffu,
                 unsigned(prop.pciDeviceID) & 0xffu);

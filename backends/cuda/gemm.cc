@@ -29,10 +29,17 @@ namespace {
 
 using BlasHandle = void*;
 // cublasOperation_t, cudaDataType_t, cublasComputeType_t, cublasGemmAlgo_t values.
-constexpr int kOpN = 0, kOpT = 1;
-constexpr int kR32F = 0, kR64F = 1, kR16F = 2, kR16BF = 14;
-constexpr int kCompute32F = 68, kCompute64F = 70;
-constexpr int kAlgoDefault = -1;
+// A BLAS with the same GemmEx shape but other enum values (hipBLAS) defines TSR_BLAS_ENUMS as
+// {OpN, OpT, R32F, R64F, R16F, R16BF, Compute32F, Compute64F, AlgoDefault} in its runtime header.
+#ifndef TSR_BLAS_ENUMS
+#define TSR_BLAS_ENUMS {0, 1, 0, 1, 2, 14, 68, 70, -1}
+#endif
+constexpr int kBlasEnums[9] = TSR_BLAS_ENUMS;
+constexpr int kOpN = kBlasEnums[0], kOpT = kBlasEnums[1];
+constexpr int kR32F = kBlasEnums[2], kR64F = kBlasEnums[3], kR16F = kBlasEnums[4],
+              kR16BF = kBlasEnums[5];
+constexpr int kCompute32F = kBlasEnums[6], kCompute64F = kBlasEnums[7];
+constexpr int kAlgoDefault = kBlasEnums[8];
 
 struct Blas {
   std::once_flag once;

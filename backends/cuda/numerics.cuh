@@ -17,7 +17,7 @@ namespace tessera::cuda::kernels {
 
 // The few device intrinsics the formats use, with host equivalents, so that the same code also
 // runs on the CPU (tests/cuda_shim/cuda_numerics_test.cc checks it against the CTS reference).
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__HIPCC__)  // nvcc, or hipcc (backends/hip)
 #define TSR_HD __host__ __device__
 #else
 #define TSR_HD

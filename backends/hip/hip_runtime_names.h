@@ -1,0 +1,92 @@
+/*
+ * The HIP runtime as the CUDA backend's sources see it (backends/cuda/runtime_names.h, prefix
+ * `hip`). Given to tessera_add_cuda_like_backend as HEADER: it includes HIP's C API and defines
+ * the aliases where HIP's spelling is not cuda -> hip, plus the two device hooks (vendor, UUID).
+ * Plain C; the same file serves Hygon DTK, which is HIP.
+ */
+#ifndef TESSERA_BACKENDS_HIP_RUNTIME_NAMES_H_
+#define TESSERA_BACKENDS_HIP_RUNTIME_NAMES_H_
+
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP_PLATFORM_NVIDIA__)
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#include <hip/hip_runtime_api.h>
+
+#include <stdio.h>
+#include <string.h>
+
+/* Names that are not cuda* -> hip*. */
+#define rtDeviceProp hipDeviceProp_t
+#define rtHostAlloc hipHostMalloc
+#define rtHostAllocPortable hipHostMallocPortable
+#define rtFreeHost hipHostFree
+#define rtDevAttrClockRate hipDeviceAttributeClockRate
+#define rtDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
+/* HIP has no cudaErrorNotPermitted; "not initialised" is the closest FAILED_PRECONDITION. */
+#define rtErrorNotPermitted hipErrorNotInitialized
+
+/* libamdhip64 5.2 declares hipLaunchHostFunc but does not export it: run the host function
+ * through hipStreamAddCallback, which every HIP release has. */
+#include <stdlib.h>
+typedef struct tsr_hip_host_call {
+  hipHostFn_t fn;
+  void* user_data;
+} tsr_hip_host_call;
+static inline void tsr_hip_host_trampoline(hipStream_t stream, hipError_t status, void* data) {
+  tsr_hip_host_call call = *(tsr_hip_host_call*)data;
+  (void)stream;
+  (void)status; /* the backend's callback reads the stream's state itself */
+  free(data);
+  call.fn(call.user_data);
+}
+static inline hipError_t tsr_hip_launch_host_func(hipStream_t stream, hipHostFn_t fn, void* user) {
+  tsr_hip_host_call* call = (tsr_hip_host_call*)malloc(sizeof *call);
+  hipError_t error;
+  if (call == NULL) return hipErrorOutOfMemory;
+  call->fn = fn;
+  call->user_data = user;
+  error = hipStreamAddCallback(stream, tsr_hip_host_trampoline, call, 0);
+  if (error != hipSuccess) free(call);
+  return error;
+}
+#define rtLaunchHostFunc tsr_hip_launch_host_func
+
+/* hipBLAS's hipblasGemmEx has cublasGemmEx's shape with its own enum values:
+ * HIPBLAS_OP_N/T, HIPBLAS_R_32F/64F/16F/16B, compute types as data types (hipBLAS < 6),
+ * HIPBLAS_GEMM_DEFAULT. */
+#define TSR_BLAS_ENUMS {111, 112, 151, 152, 150, 168, 151, 152, 160}
+
+/* hipDeviceProp_t (HIP 5.x) has no uuid: ask hipDeviceGetUuid; zero when it fails. */
+static inline void tsr_hip_device_uuid(int index, unsigned char out[16]) {
+  hipUUID uuid;
+  hipDevice_t device;
+  memset(out, 0, 16);
+  if (hipDeviceGet(&device, index) == hipSuccess && hipDeviceGetUuid(&uuid, device) == hipSuccess) {
+    memcpy(out, uuid.bytes, 16);
+  }
+  (void)hipGetLastError();
+}
+#define TSR_RT_DEVICE_UUID(prop, index, out) tsr_hip_device_uuid((index), (out))
+
+/* AMD GPUs and Hygon DCUs run the same HIP: tell them apart by the PCI vendor id in sysfs
+ * (0x1002 AMD, 0x1d94 Hygon), falling back to the device name ("DCU ..."/"Hygon ..."). */
+static inline const char* tsr_hip_vendor(const hipDeviceProp_t* prop) {
+  char path[96];
+  unsigned vendor = 0;
+  FILE* file;
+  snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/vendor",
+           (unsigned)prop->pciDomainID & 0xffffu, (unsigned)prop->pciBusID & 0xffu,
+           (unsigned)prop->pciDeviceID & 0xffu);
+  file = fopen(path, "r");
+  if (file != NULL) {
+    if (fscanf(file, "%x", &vendor) != 1) vendor = 0;
+    fclose(file);
+  }
+  if (vendor == 0x1d94u || strstr(prop->name, "DCU") != NULL || strstr(prop->name, "Hygon") != NULL) {
+    return "Hygon";
+  }
+  return "AMD";
+}
+#define TSR_RT_DEVICE_VENDOR(prop) tsr_hip_vendor(&(prop))
+
+#endif /* TESSERA_BACKENDS_HIP_RUNTIME_NAMES_H_ */
