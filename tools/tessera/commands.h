@@ -9,6 +9,7 @@ namespace tessera::tools {
 
 void add_devices_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_probe_command(CLI::App& app);
 void add_version_command(CLI::App& app);
 
 }  // namespace tessera::tools

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   tessera::tools::add_devices_command(app);
   tessera::tools::add_plan_command(app);
+  tessera::tools::add_probe_command(app);
   tessera::tools::add_version_command(app);
   try {
     app.parse(argc, argv);

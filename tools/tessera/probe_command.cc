@@ -1,0 +1,149 @@
+// `tessera probe`: what this host is made of and how its devices connect (topology layer).
+// Human summary and device matrix by default; --json, --dot FILE, --measure, --cluster hosts=N.
+// Sources: the live machine, --hwloc-xml FILE, --synthetic DESC or --from-json FILE. Exit status
+// 0 when the probe worked (parts skipped are listed, not errors); 2 on bad input or options.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "tessera/topo/cluster.h"
+#include "tessera/topo/discover.h"
+#include "tessera/topo/json.h"
+#include "tessera/topo/measure.h"
+#include "tessera/topo/render.h"
+
+namespace tessera::tools {
+namespace {
+
+struct ProbeOptions {
+  bool json = false;
+  bool measure = false;
+  bool no_ucx = false;
+  std::string dot;
+  std::string hwloc_xml;
+  std::string synthetic;
+  std::string from_json;
+  std::string cluster;  // "hosts=N"
+  std::string preset;
+  std::string backends;
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "tessera probe: %s\n", message.c_str());
+  throw CLI::RuntimeError(2);
+}
+
+int parse_hosts(const std::string& spec) {
+  const std::string prefix = "hosts=";
+  if (spec.rfind(prefix, 0) != 0) fail("--cluster '" + spec + "': expected hosts=N");
+  try {
+    size_t used = 0;
+    int n = std::stoi(spec.substr(prefix.size()), &used);
+    if (n >= 1 && used == spec.size() - prefix.size()) return n;
+  } catch (const std::exception&) {
+  }
+  fail("--cluster '" + spec + "': expected hosts=N with N a positive integer");
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) fail(path + ": could not write");
+}
+
+void run(const ProbeOptions& o) {
+  if (!o.preset.empty()) {
+    auto cluster = topo::cluster_preset(o.preset);
+    if (!cluster.ok()) fail(cluster.status().message());
+    std::cout << topo::cluster_to_json(*cluster);
+    return;
+  }
+  std::shared_ptr<hal::Platform> platform;
+  Result<topo::Topology> probed = topo::Topology{};
+  if (!o.from_json.empty()) {
+    probed = topo::load_json_file(o.from_json);
+  } else {
+    topo::DiscoverOptions options;
+    if (!o.hwloc_xml.empty()) options.hwloc = {topo::HwlocSource::Kind::kXmlFile, o.hwloc_xml};
+    if (!o.synthetic.empty()) options.hwloc = {topo::HwlocSource::Kind::kSynthetic, o.synthetic};
+    options.ucx = !o.no_ucx;
+    if (!o.backends.empty()) options.platform.registry.selection = o.backends;
+    probed = topo::discover(options, &platform);
+  }
+  if (!probed.ok()) fail(probed.status().message());
+  topo::Topology& t = *probed;
+  topo::MeasureReport report;
+  if (o.measure) {
+    if (t.host.source != "live") fail("--measure needs the live machine, not " + t.host.source);
+    topo::MeasureOptions measure_options;
+    report = topo::measure(t, platform.get(), measure_options);
+  }
+  if (!o.dot.empty()) write_file(o.dot, topo::dot_text(t));
+  if (!o.cluster.empty()) {
+    auto cluster = topo::cluster_from_topology(t, parse_hosts(o.cluster),
+                                               t.host.hostname + "-x" + o.cluster.substr(6));
+    if (o.json) {
+      std::cout << topo::cluster_to_json(cluster);
+    } else {
+      std::cout << "Cluster " << cluster.name << ": " << cluster.host_count() << " hosts, "
+                << cluster.accelerator_count() << " accelerators, " << cluster.network.nics_per_host
+                << " x " << cluster.network.link << " NICs per host at "
+                << cluster.network.bandwidth_gbps_per_nic << " GB/s (" << cluster.network.source
+                << "); --json for the spec\n";
+    }
+    return;
+  }
+  if (o.json) {
+    std::cout << topo::to_json(t);
+  } else {
+    std::cout << topo::summary_text(t) << "\n" << topo::matrix_text(t);
+    if (o.measure) {
+      std::cout << "\nMeasured in " << report.seconds << " s (declared figures kept in --json):\n"
+                << "  reference: plain single-thread memcpy " << report.reference_memcpy_gbps
+                << " GB/s\n";
+      for (const auto& n : t.numa_nodes) {
+        if (!n.measured_memory_bandwidth_gbps) continue;
+        std::cout << "  numa:" << n.os_index
+                  << " memory copy: " << *n.measured_memory_bandwidth_gbps << " GB/s ("
+                  << 100.0 * *n.measured_memory_bandwidth_gbps / report.reference_memcpy_gbps
+                  << "% of the reference)\n";
+      }
+      for (const auto& l : t.links) {
+        if (!l.measured_bandwidth_gbps) continue;
+        std::cout << "  " << l.a << " -> " << l.b << ": " << *l.measured_bandwidth_gbps
+                  << " GB/s (declared " << l.bandwidth_gbps << ", " << l.bandwidth_source << "), "
+                  << l.measured_latency_us.value_or(0) << " us\n";
+      }
+    }
+  }
+  for (const auto& note : report.notes)
+    std::cerr << "tessera probe: not measured: " << note << "\n";
+  if (!o.dot.empty()) std::cerr << "tessera probe: wrote " << o.dot << "\n";
+}
+
+}  // namespace
+
+void add_probe_command(CLI::App& app) {
+  auto o = std::make_shared<ProbeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "probe", "Describe this host's topology: NUMA, PCI, accelerators, NICs, UCX and links");
+  cmd->add_flag("--json", o->json, "Print the topology (or cluster spec) as JSON");
+  cmd->add_option("--dot", o->dot, "Write a Graphviz graph to FILE");
+  cmd->add_flag("--measure", o->measure,
+                "Measure host memory, host<->device, device<->device and UCX loopback bandwidth");
+  cmd->add_option("--hwloc-xml", o->hwloc_xml, "Read the host from an hwloc XML file");
+  cmd->add_option("--synthetic", o->synthetic, "Use an hwloc synthetic description");
+  cmd->add_option("--from-json", o->from_json, "Replay a topology JSON written by --json");
+  cmd->add_option("--cluster", o->cluster, "Turn the probe into a cluster spec: hosts=N");
+  cmd->add_option("--preset", o->preset,
+                  "Print a preset cluster spec (dgx-a100-80gb, dgx-h100, ascend-910b-8, mi250x-8)");
+  cmd->add_flag("--no-ucx", o->no_ucx, "Do not probe UCX");
+  cmd->add_option("--backends", o->backends,
+                  "Comma-separated backends to load (default: $TESSERA_BACKENDS, else all)");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace tessera::tools
