@@ -17,10 +17,10 @@
 #define TSR_RT_DEVICE_VENDOR(prop) TESSERA_CUDA_VENDOR
 #endif
 #ifndef TSR_RT_DEVICE_UUID
-#define TSR_RT_DEVICE_UUID(prop, index, out)                                        \
-  do {                                                                              \
-    static_assert(sizeof (prop).uuid.bytes == 16, "a device UUID is 16 bytes");     \
-    std::memcpy((out), (prop).uuid.bytes, 16);                                      \
+#define TSR_RT_DEVICE_UUID(prop, index, out)                                   \
+  do {                                                                         \
+    static_assert(sizeof(prop).uuid.bytes == 16, "a device UUID is 16 bytes"); \
+    std::memcpy((out), (prop).uuid.bytes, 16);                                 \
   } while (0)
 #endif
 

@@ -32,7 +32,8 @@ using BlasHandle = void*;
 // A BLAS with the same GemmEx shape but other enum values (hipBLAS) defines TSR_BLAS_ENUMS as
 // {OpN, OpT, R32F, R64F, R16F, R16BF, Compute32F, Compute64F, AlgoDefault} in its runtime header.
 #ifndef TSR_BLAS_ENUMS
-#define TSR_BLAS_ENUMS {0, 1, 0, 1, 2, 14, 68, 70, -1}
+#define TSR_BLAS_ENUMS \
+  { 0, 1, 0, 1, 2, 14, 68, 70, -1 }
 #endif
 constexpr int kBlasEnums[9] = TSR_BLAS_ENUMS;
 constexpr int kOpN = kBlasEnums[0], kOpT = kBlasEnums[1];

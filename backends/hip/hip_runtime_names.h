@@ -54,7 +54,8 @@ static inline hipError_t tsr_hip_launch_host_func(hipStream_t stream, hipHostFn_
 /* hipBLAS's hipblasGemmEx has cublasGemmEx's shape with its own enum values:
  * HIPBLAS_OP_N/T, HIPBLAS_R_32F/64F/16F/16B, compute types as data types (hipBLAS < 6),
  * HIPBLAS_GEMM_DEFAULT. */
-#define TSR_BLAS_ENUMS {111, 112, 151, 152, 150, 168, 151, 152, 160}
+#define TSR_BLAS_ENUMS \
+  { 111, 112, 151, 152, 150, 168, 151, 152, 160 }
 
 /* hipDeviceProp_t (HIP 5.x) has no uuid: ask hipDeviceGetUuid; zero when it fails. */
 static inline void tsr_hip_device_uuid(int index, unsigned char out[16]) {
@@ -82,7 +83,8 @@ static inline const char* tsr_hip_vendor(const hipDeviceProp_t* prop) {
     if (fscanf(file, "%x", &vendor) != 1) vendor = 0;
     fclose(file);
   }
-  if (vendor == 0x1d94u || strstr(prop->name, "DCU") != NULL || strstr(prop->name, "Hygon") != NULL) {
+  if (vendor == 0x1d94u || strstr(prop->name, "DCU") != NULL ||
+      strstr(prop->name, "Hygon") != NULL) {
     return "Hygon";
   }
   return "AMD";

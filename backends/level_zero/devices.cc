@@ -67,9 +67,8 @@ tsr_status describe_device(const Loader& z, Device& d) {
   if (prop.flags & ZE_DEVICE_PROPERTY_FLAG_INTEGRATED) p.capabilities |= TSR_CAP_HOST_ACCESSIBLE;
   // Timer: ns per tick (properties 1.0 semantics) and the valid bits of kernel timestamps.
   d.timer_ns_per_tick = prop.timerResolution ? double(prop.timerResolution) : 1.0;
-  d.timestamp_mask = prop.kernelTimestampValidBits >= 64
-                         ? ~0ull
-                         : ((1ull << prop.kernelTimestampValidBits) - 1);
+  d.timestamp_mask =
+      prop.kernelTimestampValidBits >= 64 ? ~0ull : ((1ull << prop.kernelTimestampValidBits) - 1);
   // The first command queue group that computes (and therefore copies).
   uint32_t groups = 0;
   if (z.zeDeviceGetCommandQueueGroupProperties(d.handle, &groups, nullptr) == ZE_RESULT_SUCCESS) {
@@ -104,7 +103,8 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
   if (tsr_status s = require("device_properties", &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, "device_properties", device); s != TSR_OK) return s;
   if (out == nullptr || out->struct_size < sizeof(size_t)) {
-    return fail(TSR_INVALID_ARGUMENT, "device_properties: out is NULL or its struct_size too small");
+    return fail(TSR_INVALID_ARGUMENT,
+                "device_properties: out is NULL or its struct_size too small");
   }
   tsr_device_properties full = b->devices[size_t(device)].properties;
   for (size_t peer = 0; peer < b->devices.size(); ++peer) {
@@ -120,8 +120,8 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
   const size_t bytes = wanted < sizeof full ? wanted : sizeof full;
   std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t),
               reinterpret_cast<const char*>(&full) + sizeof(size_t), bytes - sizeof(size_t));
-  if (wanted > sizeof full) std::memset(reinterpret_cast<char*>(out) + sizeof full, 0,
-                                        wanted - sizeof full);
+  if (wanted > sizeof full)
+    std::memset(reinterpret_cast<char*>(out) + sizeof full, 0, wanted - sizeof full);
   return TSR_OK;
 }
 

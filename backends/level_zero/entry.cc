@@ -37,24 +37,26 @@ tsr_status open_loader(Backend& b) {
     return fail(TSR_NO_DRIVER, "the Level Zero loader is not installed: %s",
                 why ? why : TESSERA_ZE_LOADER);
   }
-#define TSR_ZE_RESOLVE(name)                                                          \
-  b.loader.name = reinterpret_cast<decltype(b.loader.name)>(dlsym(b.library, #name)); \
-  if (b.loader.name == nullptr) {                                                     \
-    return fail(TSR_VERSION_MISMATCH, "%s: %s not found in %s", "init", #name,        \
-                TESSERA_ZE_LOADER);                                                   \
+#define TSR_ZE_RESOLVE(name)                                                                       \
+  b.loader.name = reinterpret_cast<decltype(b.loader.name)>(dlsym(b.library, #name));              \
+  if (b.loader.name == nullptr) {                                                                  \
+    return fail(TSR_VERSION_MISMATCH, "%s: %s not found in %s", "init", #name, TESSERA_ZE_LOADER); \
   }
   TSR_ZE_FUNCTIONS(TSR_ZE_RESOLVE)
 #undef TSR_ZE_RESOLVE
-  b.loader.zeDevicePciGetPropertiesExt = reinterpret_cast<decltype(
-      b.loader.zeDevicePciGetPropertiesExt)>(dlsym(b.library, "zeDevicePciGetPropertiesExt"));
+  b.loader.zeDevicePciGetPropertiesExt =
+      reinterpret_cast<decltype(b.loader.zeDevicePciGetPropertiesExt)>(
+          dlsym(b.library, "zeDevicePciGetPropertiesExt"));
   return TSR_OK;
 }
 
 tsr_status open_devices(Backend& b) {
   ze_result_t r = b.loader.zeInit(0);
   if (r != ZE_RESULT_SUCCESS) {
-    return fail(TSR_NO_DRIVER, "zeInit failed: %s (0x%x): no Level Zero driver is installed or "
-                "none could start", result_name(r), unsigned(r));
+    return fail(TSR_NO_DRIVER,
+                "zeInit failed: %s (0x%x): no Level Zero driver is installed or "
+                "none could start",
+                result_name(r), unsigned(r));
   }
   uint32_t drivers = 0;
   r = b.loader.zeDriverGet(&drivers, nullptr);
@@ -298,8 +300,10 @@ void log(tsr_log_level level, const char* format, ...) noexcept {
 tsr_status require(const char* operation, Backend** out) {
   Backend* b = current();
   if (b == nullptr) {
-    return fail(TSR_FAILED_PRECONDITION, "%s: level_zero backend not initialised (call init "
-                "first)", operation);
+    return fail(TSR_FAILED_PRECONDITION,
+                "%s: level_zero backend not initialised (call init "
+                "first)",
+                operation);
   }
   *out = b;
   return TSR_OK;
@@ -307,8 +311,10 @@ tsr_status require(const char* operation, Backend** out) {
 
 tsr_status check_device(const Backend& b, const char* operation, int32_t device) {
   if (device < 0 || size_t(device) >= b.devices.size()) {
-    return fail(TSR_INVALID_ARGUMENT, "%s: device %d does not exist (the level_zero backend has "
-                "%zu)", operation, device, b.devices.size());
+    return fail(TSR_INVALID_ARGUMENT,
+                "%s: device %d does not exist (the level_zero backend has "
+                "%zu)",
+                operation, device, b.devices.size());
   }
   return TSR_OK;
 }

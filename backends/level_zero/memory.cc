@@ -118,8 +118,8 @@ tsr_status pointer_attributes(const void* ptr, tsr_pointer_attributes* out) {
   const size_t bytes = wanted < sizeof full ? wanted : sizeof full;
   std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t),
               reinterpret_cast<const char*>(&full) + sizeof(size_t), bytes - sizeof(size_t));
-  if (wanted > sizeof full) std::memset(reinterpret_cast<char*>(out) + sizeof full, 0,
-                                        wanted - sizeof full);
+  if (wanted > sizeof full)
+    std::memset(reinterpret_cast<char*>(out) + sizeof full, 0, wanted - sizeof full);
   return TSR_OK;
 }
 
@@ -139,8 +139,7 @@ tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
                 device_ptr);
   }
   ze_ipc_mem_handle_t handle{};
-  TSR_ZE_CHECK(kOp, zeMemGetIpcHandle, b->devices[size_t(a->device)].context, device_ptr,
-               &handle);
+  TSR_ZE_CHECK(kOp, zeMemGetIpcHandle, b->devices[size_t(a->device)].context, device_ptr, &handle);
   std::memset(out_handle, 0, sizeof *out_handle);
   std::memcpy(out_handle->bytes, &handle, sizeof handle);
   return TSR_OK;

@@ -56,7 +56,6 @@ tsr_status submit(Stream& s, const char* operation, const char* call, Append&& a
   return TSR_OK;
 }
 
-
 constexpr uint64_t kStreamTag = 0x5, kEventTag = 0xE;
 
 template <typename T>
@@ -67,8 +66,10 @@ tsr_status lookup(Backend& b, std::unordered_map<uint64_t, T*>& table, uint64_t 
   std::lock_guard lock(b.mutex);
   auto it = (id & 0xf) == tag ? table.find(id) : table.end();
   if (it == table.end()) {
-    return fail(TSR_INVALID_ARGUMENT, "%s: %s %p is not a live level_zero %s (destroyed, or "
-                "never created)", operation, what, handle, what);
+    return fail(TSR_INVALID_ARGUMENT,
+                "%s: %s %p is not a live level_zero %s (destroyed, or "
+                "never created)",
+                operation, what, handle, what);
   }
   *out = it->second;
   return TSR_OK;
@@ -140,11 +141,14 @@ tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_strea
     const Device& d = b->devices[size_t(device)];
     auto* s = new Stream;
     s->device = device;
-    ze_command_queue_desc_t desc{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr,
-                                 d.compute_ordinal, 0, ZE_COMMAND_QUEUE_FLAG_EXPLICIT_ONLY,
-                                 ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
-                                 priority < 0 ? ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH
-                                              : ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    ze_command_queue_desc_t desc{
+        ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
+        nullptr,
+        d.compute_ordinal,
+        0,
+        ZE_COMMAND_QUEUE_FLAG_EXPLICIT_ONLY,
+        ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
+        priority < 0 ? ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH : ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
     ze_result_t r = ze().zeCommandListCreateImmediate(d.context, d.handle, &desc, &s->list);
     if (r == ZE_RESULT_SUCCESS) r = make_event(d, false, &s->pool, &s->sync);
     if (r != ZE_RESULT_SUCCESS) {
@@ -199,9 +203,8 @@ tsr_status stream_wait_event(tsr_stream stream_handle, tsr_event event_handle) {
   if (tsr_status st = lookup_event(*b, kOp, event_handle, &e); st != TSR_OK) return st;
   if (!e->recorded.load()) return TSR_OK;  // never recorded: already complete
   ze_event_handle_t wait = e->handle;
-  return submit(*s, kOp, "zeCommandListAppendBarrier", [&] {
-    return ze().zeCommandListAppendBarrier(s->list, nullptr, 1, &wait);
-  });
+  return submit(*s, kOp, "zeCommandListAppendBarrier",
+                [&] { return ze().zeCommandListAppendBarrier(s->list, nullptr, 1, &wait); });
 }
 
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {

@@ -20,25 +20,28 @@
 namespace tessera::ze {
 
 // Every Level Zero call the backend makes, resolved from the loader at init.
-#define TSR_ZE_FUNCTIONS(X)                                                                \
-  X(zeInit) X(zeDriverGet) X(zeDeviceGet) X(zeDeviceGetProperties)                        \
-  X(zeDeviceGetMemoryProperties) X(zeDeviceGetCommandQueueGroupProperties)                \
-  X(zeDeviceCanAccessPeer) X(zeContextCreate) X(zeContextDestroy) X(zeMemAllocDevice)     \
-  X(zeMemAllocHost) X(zeMemFree) X(zeCommandListCreateImmediate) X(zeCommandListDestroy)  \
-  X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)                       \
-  X(zeCommandListAppendBarrier) X(zeCommandListAppendSignalEvent)                         \
-  X(zeCommandListAppendWaitOnEvents) X(zeEventPoolCreate) X(zeEventPoolDestroy)           \
-  X(zeEventCreate) X(zeEventDestroy) X(zeEventHostSynchronize) X(zeEventQueryStatus)      \
-  X(zeEventHostReset) X(zeEventQueryKernelTimestamp) X(zeMemGetIpcHandle)                 \
-  X(zeMemOpenIpcHandle) X(zeMemCloseIpcHandle)
+#define TSR_ZE_FUNCTIONS(X)                                                                 \
+  X(zeInit)                                                                                 \
+  X(zeDriverGet) X(zeDeviceGet) X(zeDeviceGetProperties) X(zeDeviceGetMemoryProperties)     \
+      X(zeDeviceGetCommandQueueGroupProperties) X(zeDeviceCanAccessPeer) X(zeContextCreate) \
+          X(zeContextDestroy) X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)            \
+              X(zeCommandListCreateImmediate) X(zeCommandListDestroy)                       \
+                  X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)         \
+                      X(zeCommandListAppendBarrier) X(zeCommandListAppendSignalEvent)       \
+                          X(zeCommandListAppendWaitOnEvents) X(zeEventPoolCreate)           \
+                              X(zeEventPoolDestroy) X(zeEventCreate) X(zeEventDestroy)      \
+                                  X(zeEventHostSynchronize) X(zeEventQueryStatus)           \
+                                      X(zeEventHostReset) X(zeEventQueryKernelTimestamp)    \
+                                          X(zeMemGetIpcHandle) X(zeMemOpenIpcHandle)        \
+                                              X(zeMemCloseIpcHandle)
 
 struct Loader {
 #define TSR_ZE_DECLARE(name) decltype(&::name) name = nullptr;
   TSR_ZE_FUNCTIONS(TSR_ZE_DECLARE)
 #undef TSR_ZE_DECLARE
   // Optional extension (ZE_extension_pci_properties); NULL leaves pci_bus_id empty.
-  ze_result_t (*zeDevicePciGetPropertiesExt)(ze_device_handle_t, ze_pci_ext_properties_t*) =
-      nullptr;
+  ze_result_t (*zeDevicePciGetPropertiesExt)(ze_device_handle_t,
+                                             ze_pci_ext_properties_t*) = nullptr;
 };
 const Loader& ze();  // valid between a successful init and the last finalize
 
@@ -51,12 +54,12 @@ const char* result_name(ze_result_t result) noexcept;
 tsr_status status_of(ze_result_t result) noexcept;
 // Fails with status_of(result) and "<operation>: <call> failed: <NAME> (0x...)".
 tsr_status fail_ze(ze_result_t result, const char* operation, const char* call) noexcept;
-#define TSR_ZE_CHECK(operation, fn, ...)                                              \
-  do {                                                                                \
-    ze_result_t tsr_ze_result_ = ::tessera::ze::ze().fn(__VA_ARGS__);                 \
-    if (tsr_ze_result_ != ZE_RESULT_SUCCESS) {                                        \
-      return ::tessera::ze::fail_ze(tsr_ze_result_, operation, #fn);                  \
-    }                                                                                 \
+#define TSR_ZE_CHECK(operation, fn, ...)                              \
+  do {                                                                \
+    ze_result_t tsr_ze_result_ = ::tessera::ze::ze().fn(__VA_ARGS__); \
+    if (tsr_ze_result_ != ZE_RESULT_SUCCESS) {                        \
+      return ::tessera::ze::fail_ze(tsr_ze_result_, operation, #fn);  \
+    }                                                                 \
   } while (0)
 void set_host_info(const tsr_host_info* host) noexcept;
 void log(tsr_log_level level, const char* format, ...) noexcept

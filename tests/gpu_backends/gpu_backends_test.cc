@@ -115,8 +115,8 @@ TEST(GpuBackends, TheTableRefusesWorkAfterAFailedInit) {
     ASSERT_NE(library, nullptr) << dlerror();
     auto get = reinterpret_cast<tsr_get_api_v1_fn>(dlsym(library, TSR_BACKEND_ENTRY_POINT));
     ASSERT_NE(get, nullptr);
-    tsr_host_info host{sizeof host, TSR_BACKEND_ABI_MAJOR, TSR_BACKEND_ABI_MINOR, nullptr, nullptr,
-                       0};
+    tsr_host_info host{
+        sizeof host, TSR_BACKEND_ABI_MAJOR, TSR_BACKEND_ABI_MINOR, nullptr, nullptr, 0};
     const tsr_backend_api_v1* api = get(&host);
     ASSERT_NE(api, nullptr);
     EXPECT_EQ(std::string(api->name), name);
@@ -144,16 +144,24 @@ TEST(GpuBackends, TheTableRefusesWorkAfterAFailedInit) {
 }
 
 TEST(GpuBackends, NoTesseraBackendsSelectionCrashes) {
-  const char* selections[] = {
-      "hip",        "level_zero",         "hip,level_zero",       "level_zero,hip",
-      "host,hip",   "host,level_zero",    "cuda,hip,level_zero",  "host,cuda,hip,level_zero,skeleton",
-      "^hip",       "^level_zero",        "^hip,level_zero",      "^host,cuda,skeleton",
-      "skeleton,level_zero,hip,host,cuda"};
+  const char* selections[] = {"hip",
+                              "level_zero",
+                              "hip,level_zero",
+                              "level_zero,hip",
+                              "host,hip",
+                              "host,level_zero",
+                              "cuda,hip,level_zero",
+                              "host,cuda,hip,level_zero,skeleton",
+                              "^hip",
+                              "^level_zero",
+                              "^hip,level_zero",
+                              "^host,cuda,skeleton",
+                              "skeleton,level_zero,hip,host,cuda"};
   for (const char* selection : selections) {
     SCOPED_TRACE(selection);
     setenv("TESSERA_BACKENDS", selection, 1);
     for (int round = 0; round < 2; ++round) {  // load, unload, load again
-      RegistryOptions options;  // no selection: TESSERA_BACKENDS decides
+      RegistryOptions options;                 // no selection: TESSERA_BACKENDS decides
       options.search_dirs = {TESSERA_BUILD_BACKEND_DIR};
       auto registry = Registry::create(options);
       ASSERT_TRUE(registry.ok()) << registry.status().to_string();

@@ -175,7 +175,8 @@ TEST(PlanCli, ABadCalibrationFileIsOneLineAndExitTwo) {
     std::ofstream out(file);
     out << R"({"version": 1, "devices": 1})";
   }
-  const CliRun r = run("--calibration " + file + " --model llama2-7b --global-batch 8 --seq-len 128");
+  const CliRun r =
+      run("--calibration " + file + " --model llama2-7b --global-batch 8 --seq-len 128");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(file + ": field 'memory_gib' missing"), std::string::npos) << r.err;
   std::remove(file.c_str());

@@ -11,7 +11,9 @@ struct tsr_hip_bfloat16 {
 __host__ __device__ inline tsr_hip_bfloat16 __ushort_as_bfloat16(uint16_t x) {
   return tsr_hip_bfloat16{x};
 }
-__host__ __device__ inline uint16_t __bfloat16_as_ushort(tsr_hip_bfloat16 x) { return x.bits; }
+__host__ __device__ inline uint16_t __bfloat16_as_ushort(tsr_hip_bfloat16 x) {
+  return x.bits;
+}
 __host__ __device__ inline float __bfloat162float(tsr_hip_bfloat16 x) {
   return __uint_as_float(uint32_t(x.bits) << 16);
 }

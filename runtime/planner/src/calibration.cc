@@ -139,7 +139,8 @@ Result<Calibration> calibration_from_json(std::string_view text, std::string_vie
   for (size_t i = 0; i < j["gemm"].size(); ++i) {
     const Json& point = j["gemm"][i];
     const std::string where = "gemm[" + std::to_string(i) + "].";
-    if (!point.is_object()) return invalid_argument(source + ": field '" + where + "' not an object");
+    if (!point.is_object())
+      return invalid_argument(source + ": field '" + where + "' not an object");
     auto n = positive(point, "n");
     auto tflops = positive(point, "tflops");
     if (!n.ok()) return invalid_argument(source + ": field '" + where + "n' must be positive");
@@ -152,7 +153,8 @@ Result<Calibration> calibration_from_json(std::string_view text, std::string_vie
     c.peak_tflops = j["fit"].value("peak_tflops", 0.0);
     c.knee = j["fit"].value("knee", 0.0);
   }
-  if (c.peak_tflops <= 0 || c.knee <= 0) TSR_RETURN_IF_ERROR(fit_gemm_curve(&c).with_context(source));
+  if (c.peak_tflops <= 0 || c.knee <= 0)
+    TSR_RETURN_IF_ERROR(fit_gemm_curve(&c).with_context(source));
   return c;
 }
 

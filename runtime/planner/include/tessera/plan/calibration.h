@@ -42,9 +42,10 @@ struct Calibration {
   double knee = 0;         // fitted
 };
 
-// Least-squares fit (in log space, each point weighted by n) of F(n) = peak * (n / (n + knee))^3 to the points at or above
-// 10% of the best figure; the peak is capped at 1.5 x the best measured figure (the knee is then
-// refitted). Sets peak_tflops and knee. INVALID_ARGUMENT with fewer than two distinct sizes.
+// Least-squares fit (in log space, each point weighted by n) of F(n) = peak * (n / (n + knee))^3 to
+// the points at or above 10% of the best figure; the peak is capped at 1.5 x the best measured
+// figure (the knee is then refitted). Sets peak_tflops and knee. INVALID_ARGUMENT with fewer than
+// two distinct sizes.
 Status fit_gemm_curve(Calibration* calibration);
 
 std::string calibration_to_json(const Calibration& calibration);
