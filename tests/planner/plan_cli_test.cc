@@ -1,10 +1,12 @@
 // `tessera plan`'s contract: JSON fields, exit code 2 with one line for bad input, the timeline
 // file. Runs the built binary (TESSERA_BIN).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -180,6 +182,28 @@ TEST(PlanCli, ABadCalibrationFileIsOneLineAndExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(file + ": field 'memory_gib' missing"), std::string::npos) << r.err;
   std::remove(file.c_str());
+}
+
+TEST(PlanCli, PlansForAClusterSpecWrittenByTesseraProbe) {
+  // What `tessera probe --preset ... --json` writes is a topology cluster spec (a list of host
+  // groups); the planner converts it.
+  const std::string spec =
+      ::testing::TempDir() + "/tessera_probe_cluster." + std::to_string(getpid()) + ".json";
+  const std::string probe =
+      std::string(TESSERA_BIN) + " probe --preset dgx-a100-80gb --json > " + spec + " 2>/dev/null";
+  const int status = std::system(probe.c_str());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 2 && std::ifstream(spec).peek() == EOF) {
+    GTEST_SKIP() << "this build has no topology layer (tessera probe)";
+  }
+  ASSERT_EQ(status, 0);
+  const CliRun r = run("--model llama2-7b --cluster " + spec +
+                       " --global-batch 64 --seq-len 4096 --top 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cluster"]["devices_per_host"], 8);
+  EXPECT_DOUBLE_EQ(j["cluster"]["memory_gib"].get<double>(), 80.0);
+  ASSERT_EQ(j["plans"].size(), 1u);
+  std::remove(spec.c_str());
 }
 
 }  // namespace

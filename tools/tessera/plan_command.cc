@@ -240,8 +240,9 @@ void run_plan(const PlanOptions& o) {
   if (o.dtype != "bf16" && o.dtype != "fp16")
     fail("--dtype must be bf16 or fp16, got '" + o.dtype + "'");
   const ir::Model model = check(ir::load_model(o.model));
-  plan::ClusterSpec cluster = o.cluster.empty() ? plan::cluster_from_calibration(*calibration)
-                                                : check(plan::load_cluster(o.cluster));
+  plan::ClusterSpec cluster = o.cluster.empty()
+                                  ? plan::cluster_from_calibration(*calibration)
+                                  : check(plan::load_cluster(o.cluster, calibration.has_value()));
   if (!o.devices.empty())
     cluster = check(plan::with_devices(cluster, positive("--devices", o.devices)));
   plan::SearchConstraints constraints;

@@ -6,6 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef TESSERA_PLAN_HAVE_TOPOLOGY
+#include "tessera/plan/topology_cluster.h"
+#endif
+
 namespace tessera::plan {
 namespace {
 
@@ -167,7 +171,7 @@ std::vector<std::string> cluster_preset_names() {
   return names;
 }
 
-Result<ClusterSpec> load_cluster(std::string_view spec) {
+Result<ClusterSpec> load_cluster(std::string_view spec, bool calibrated) {
   for (const auto& name : cluster_preset_names()) {
     if (name == spec) return cluster_preset(spec);
   }
@@ -175,6 +179,18 @@ Result<ClusterSpec> load_cluster(std::string_view spec) {
   if (!in) return not_found(std::string(spec) + ": cannot open (not a file or a known preset)");
   std::ostringstream text;
   text << in.rdbuf();
+  // The topology layer's form (`tessera probe --cluster hosts=N --json`) has a list of host
+  // groups; the compact form a number.
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("hosts") && j["hosts"].is_array()) {
+#ifdef TESSERA_PLAN_HAVE_TOPOLOGY
+    return cluster_from_topology_json(text.str(), spec, calibrated);
+#else
+    return unimplemented(std::string(spec) +
+                         ": a topology cluster spec, but this build has no "
+                         "topology layer (nlohmann-json was missing); use the compact JSON");
+#endif
+  }
   return cluster_from_json(text.str(), spec);
 }
 

@@ -63,8 +63,10 @@ Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_vi
 // dgx-a100-80gb, dgx-h100, ascend-910b-8, mi250x-8: one host each (use with_devices to scale).
 Result<ClusterSpec> cluster_preset(std::string_view name);
 std::vector<std::string> cluster_preset_names();
-// A preset name or a JSON file.
-Result<ClusterSpec> load_cluster(std::string_view preset_or_path);
+// A preset name or a JSON file: the compact form above, or the topology layer's cluster spec
+// (docs/TOPOLOGY.md; converted by topology_cluster.h). `calibrated`: the caller will apply a
+// calibration, so a device without known peak FLOP/s is accepted.
+Result<ClusterSpec> load_cluster(std::string_view preset_or_path, bool calibrated = false);
 
 // The same hosts, resized to `devices`: fewer than one host shrinks the host; more must be a
 // multiple of devices_per_host.
