@@ -20,20 +20,39 @@
 namespace tessera::ze {
 
 // Every Level Zero call the backend makes, resolved from the loader at init.
-#define TSR_ZE_FUNCTIONS(X)                                                                 \
-  X(zeInit)                                                                                 \
-  X(zeDriverGet) X(zeDeviceGet) X(zeDeviceGetProperties) X(zeDeviceGetMemoryProperties)     \
-      X(zeDeviceGetCommandQueueGroupProperties) X(zeDeviceCanAccessPeer) X(zeContextCreate) \
-          X(zeContextDestroy) X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)            \
-              X(zeCommandListCreateImmediate) X(zeCommandListDestroy)                       \
-                  X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)         \
-                      X(zeCommandListAppendBarrier) X(zeCommandListAppendSignalEvent)       \
-                          X(zeCommandListAppendWaitOnEvents) X(zeEventPoolCreate)           \
-                              X(zeEventPoolDestroy) X(zeEventCreate) X(zeEventDestroy)      \
-                                  X(zeEventHostSynchronize) X(zeEventQueryStatus)           \
-                                      X(zeEventHostReset) X(zeEventQueryKernelTimestamp)    \
-                                          X(zeMemGetIpcHandle) X(zeMemOpenIpcHandle)        \
-                                              X(zeMemCloseIpcHandle)
+// clang-format off
+#define TSR_ZE_FUNCTIONS(X) \
+  X(zeInit) \
+  X(zeDriverGet) \
+  X(zeDeviceGet) \
+  X(zeDeviceGetProperties) \
+  X(zeDeviceGetMemoryProperties) \
+  X(zeDeviceGetCommandQueueGroupProperties) \
+  X(zeDeviceCanAccessPeer) \
+  X(zeContextCreate) \
+  X(zeContextDestroy) \
+  X(zeMemAllocDevice) \
+  X(zeMemAllocHost) \
+  X(zeMemFree) \
+  X(zeCommandListCreateImmediate) \
+  X(zeCommandListDestroy) \
+  X(zeCommandListAppendMemoryCopy) \
+  X(zeCommandListAppendMemoryFill) \
+  X(zeCommandListAppendBarrier) \
+  X(zeCommandListAppendSignalEvent) \
+  X(zeCommandListAppendWaitOnEvents) \
+  X(zeEventPoolCreate) \
+  X(zeEventPoolDestroy) \
+  X(zeEventCreate) \
+  X(zeEventDestroy) \
+  X(zeEventHostSynchronize) \
+  X(zeEventQueryStatus) \
+  X(zeEventHostReset) \
+  X(zeEventQueryKernelTimestamp) \
+  X(zeMemGetIpcHandle) \
+  X(zeMemOpenIpcHandle) \
+  X(zeMemCloseIpcHandle)
+// clang-format on
 
 struct Loader {
 #define TSR_ZE_DECLARE(name) decltype(&::name) name = nullptr;
