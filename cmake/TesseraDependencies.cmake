@@ -14,8 +14,11 @@ if(TESSERA_BUILD_TESTS)
     message(STATUS "Tessera: GoogleTest from source at ${_tsr_gtest_src}")
     set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
     add_subdirectory(${_tsr_gtest_src} ${PROJECT_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL)
-    add_library(GTest::gtest ALIAS gtest)
-    add_library(GTest::gtest_main ALIAS gtest_main)
+    # GoogleTest 1.11+ defines these aliases itself; older copies do not.
+    if(NOT TARGET GTest::gtest)
+      add_library(GTest::gtest ALIAS gtest)
+      add_library(GTest::gtest_main ALIAS gtest_main)
+    endif()
   endif()
 endif()
 

@@ -70,10 +70,7 @@ void device_uuid(int32_t index, uint8_t out[16]) {
 
 uint64_t host_capabilities() {
   uint64_t caps = TSR_CAP_UNIFIED_ADDRESSING | TSR_CAP_HOST_ACCESSIBLE | TSR_CAP_PEER_ACCESS |
-                  TSR_CAP_IPC | TSR_CAP_EVENT_TIMING | TSR_CAP_HOST_REGISTER;
-#if TESSERA_HOST_HAVE_BLAS
-  caps |= TSR_CAP_GEMM;
-#endif
+                  TSR_CAP_IPC | TSR_CAP_EVENT_TIMING | TSR_CAP_HOST_REGISTER | TSR_CAP_GEMM;
   return caps;
 }
 

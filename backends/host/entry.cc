@@ -28,7 +28,7 @@ const tsr_backend_api_v1 kApi = [] {
 #if TESSERA_HOST_HAVE_BLAS
       " (GEMM through CBLAS)";
 #else
-      " (no BLAS: gemm unsupported)";
+      " (GEMM through plain loops: built without BLAS)";
 #endif
   t.init = &backend_init;
   t.finalize = &finalize_entry;

@@ -1,7 +1,7 @@
 // gemm_async through CBLAS (OpenBLAS). f32 and f64 call sgemm/dgemm directly; f16 and bf16 (as
 // inputs or output, in any mix with f32) are widened to f32 exactly, multiplied with sgemm
 // (accumulation in f32, as the ABI asks) and the result rounded once to nearest even. Without
-// BLAS at build time the table's gemm_async entry is NULL (unsupported).
+// BLAS at build time the same paths run on plain loops (slow, same results within rounding).
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -18,9 +18,44 @@
 #endif
 
 namespace tessera::host {
-
-#if TESSERA_HOST_HAVE_BLAS
 namespace {
+
+#if !TESSERA_HOST_HAVE_BLAS
+// Builds without BLAS (a vendor's bring-up box) keep GEMM, with plain loops in CBLAS's
+// column-major contract, so the reference backend's table never changes shape with the build.
+// Correct, not fast: the planner's calibration will say so.
+enum CBLAS_ORDER { CblasColMajor };
+enum CBLAS_TRANSPOSE { CblasNoTrans, CblasTrans };
+
+template <typename T>
+void loop_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, T alpha, const T* a,
+               int lda, const T* b, int ldb, T beta, T* c, int ldc) {
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      T acc = 0;
+      for (int p = 0; p < k; ++p) {
+        const T x = ta == CblasNoTrans ? a[i + size_t(p) * lda] : a[p + size_t(i) * lda];
+        const T y = tb == CblasNoTrans ? b[p + size_t(j) * ldb] : b[j + size_t(p) * ldb];
+        acc += x * y;
+      }
+      T& out = c[i + size_t(j) * ldc];
+      out = beta == T(0) ? alpha * acc : alpha * acc + beta * out;  // beta 0: C is not read
+    }
+  }
+}
+
+void cblas_sgemm(CBLAS_ORDER, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+                 float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                 float* c, int ldc) {
+  loop_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void cblas_dgemm(CBLAS_ORDER, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+                 double alpha, const double* a, int lda, const double* b, int ldb, double beta,
+                 double* c, int ldc) {
+  loop_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+#endif
 
 bool is_f32_family(int32_t dtype) {
   return dtype == TSR_DTYPE_F32 || dtype == TSR_DTYPE_F16 || dtype == TSR_DTYPE_BF16;
@@ -178,13 +213,5 @@ tsr_status gemm_entry(const tsr_gemm_desc* desc, tsr_stream stream_handle) {
 namespace api {
 tsr_status (*const gemm_async)(const tsr_gemm_desc*, tsr_stream) = &gemm_entry;
 }  // namespace api
-
-#else  // !TESSERA_HOST_HAVE_BLAS
-
-namespace api {
-tsr_status (*const gemm_async)(const tsr_gemm_desc*, tsr_stream) = nullptr;
-}  // namespace api
-
-#endif
 
 }  // namespace tessera::host
