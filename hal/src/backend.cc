@@ -167,14 +167,21 @@ Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
                                TSR_BACKEND_ENTRY_POINT + " missing");
   }
 
-  static std::mutex names_mutex;  // log user data must outlive the backend; names are few
+  // The backend keeps the log user data for as long as it stays loaded (forever: see ~Backend),
+  // so each library's name lives here once, however many times it is opened.
+  static std::mutex names_mutex;
   static std::vector<std::unique_ptr<std::string>> log_names;
-  const std::string* log_name;
+  const std::string* log_name = nullptr;
   {
+    std::string name = std::filesystem::path(path).stem().string().substr(std::strlen("lib"));
     std::lock_guard<std::mutex> lock(names_mutex);
-    log_names.push_back(std::make_unique<std::string>(
-        std::filesystem::path(path).stem().string().substr(std::strlen("lib"))));
-    log_name = log_names.back().get();
+    for (const auto& known : log_names) {
+      if (*known == name) log_name = known.get();
+    }
+    if (log_name == nullptr) {
+      log_names.push_back(std::make_unique<std::string>(std::move(name)));
+      log_name = log_names.back().get();
+    }
   }
   tsr_host_info host{};
   host.struct_size = sizeof(host);

@@ -12,31 +12,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using tessera::testing::CliRun;
 
 CliRun run(const std::string& args) {
-  // One file per process: CTest runs these tests in parallel processes.
-  const std::string err_path =
-      ::testing::TempDir() + "/tessera_plan_err." + std::to_string(getpid()) + ".txt";
-  const std::string cmd = std::string(TESSERA_BIN) + " plan " + args + " 2>" + err_path;
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  r.err = text.str();
-  return r;
+  return tessera::testing::run_cli(TESSERA_BIN, "plan", args);
 }
 
 TEST(PlanCli, JsonCarriesTheContractFields) {
