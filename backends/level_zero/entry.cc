@@ -10,6 +10,11 @@
 #ifndef TESSERA_ZE_LOADER
 #define TESSERA_ZE_LOADER "libze_loader.so.1"
 #endif
+#if TESSERA_ZE_HAVE_KERNELS
+#define TESSERA_ZE_KERNEL_NOTE "SPIR-V reduce/cast kernels"
+#else
+#define TESSERA_ZE_KERNEL_NOTE "no kernels"
+#endif
 #ifndef TESSERA_ZE_VERSION
 #define TESSERA_ZE_VERSION "0"
 #endif
@@ -135,6 +140,8 @@ void finalize() {
   Backend* b = g_backend.load(std::memory_order_acquire);
   for (auto& [id, s] : b->streams) destroy_stream(s);
   for (auto& [id, e] : b->events) destroy_event(e);
+  reap_events(*b, true);
+  b->kernels.clear();  // kernels and modules, before their contexts go
   for (auto& [base, a] : b->memory) {
     ze_context_handle_t ctx = b->devices[size_t(a.device < 0 ? 0 : a.device)].context;
     if (a.kind == Kind::kIpc) {
@@ -159,7 +166,7 @@ tsr_backend_api_v1 make_table() {
   t.abi_minor = TSR_BACKEND_ABI_MINOR;
   t.name = "level_zero";
   t.version = "tessera level_zero backend " TESSERA_ZE_VERSION " (" TESSERA_ZE_LOADER
-              " by dlopen, no kernels)";
+              " by dlopen, " TESSERA_ZE_KERNEL_NOTE ")";
   t.init = &init;
   t.finalize = &finalize;
   t.last_error = &last_error_entry;
@@ -190,8 +197,13 @@ tsr_backend_api_v1 make_table() {
   t.ipc_get_handle = &api::ipc_get_handle;
   t.ipc_open_handle = &api::ipc_open_handle;
   t.ipc_close_handle = &api::ipc_close_handle;
-  // host_register, stream_add_callback, reduce_async, cast_async, gemm_async and collectives
-  // stay NULL (README.md).
+  t.stream_add_callback = &api::stream_add_callback;
+#if TESSERA_ZE_HAVE_KERNELS
+  t.reduce_async = &api::reduce_async;
+  t.cast_async = &api::cast_async;
+#endif
+  // host_register, gemm_async and collectives stay NULL (README.md); so do reduce_async and
+  // cast_async when the build had no clang/llvm-spirv for the kernels.
   return t;
 }
 

@@ -1,7 +1,9 @@
 // Streams (immediate in-order command lists), events (one-event pools with kernel timestamps),
 // and the copies and fills appended to them.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "ze.h"
 
@@ -32,6 +34,7 @@ ze_result_t drain(Stream& s, uint64_t timeout) {
     if (r != ZE_RESULT_SUCCESS) return r;
     s.done = s.armed;
     s.armed = 0;
+    run_deferred(s, false);
   }
   if (s.armed == 0) {
     (void)ze().zeEventHostReset(s.sync);
@@ -43,17 +46,8 @@ ze_result_t drain(Stream& s, uint64_t timeout) {
   if (r != ZE_RESULT_SUCCESS) return r;
   s.done = s.armed;
   s.armed = 0;
+  run_deferred(s, false);
   return ZE_RESULT_SUCCESS;
-}
-
-// Appends one command (in order on the immediate list).
-template <typename Append>
-tsr_status submit(Stream& s, const char* operation, const char* call, Append&& append) {
-  std::lock_guard lock(s.mutex);
-  ze_result_t r = append();
-  if (r != ZE_RESULT_SUCCESS) return fail_ze(r, operation, call);
-  ++s.submitted;
-  return TSR_OK;
 }
 
 constexpr uint64_t kStreamTag = 0x5, kEventTag = 0xE;
@@ -93,7 +87,40 @@ void* insert(Backend& b, std::unordered_map<uint64_t, T*>& table, uint64_t tag, 
   return reinterpret_cast<void*>(uintptr_t(id));
 }
 
+// An event is pending when it was recorded and its capture has not completed.
+bool pending(const Event& e) {
+  return e.recorded.load() && ze().zeEventQueryStatus(e.handle) == ZE_RESULT_NOT_READY;
+}
+
+void retire(Backend& b, Event* e) {
+  std::lock_guard lock(b.mutex);
+  b.retired.push_back(e);
+}
+
 }  // namespace
+
+void run_deferred(Stream& s, bool all) {
+  auto& d = s.deferred;
+  auto passed = [&](const auto& entry) { return all || entry.first <= s.done; };
+  auto keep = std::stable_partition(d.begin(), d.end(), [&](const auto& e) { return !passed(e); });
+  std::vector<std::function<void()>> ready;
+  for (auto it = keep; it != d.end(); ++it) ready.push_back(std::move(it->second));
+  d.erase(keep, d.end());
+  for (auto& cleanup : ready) cleanup();
+}
+
+void reap_events(Backend& b, bool wait) {
+  std::vector<Event*> done;
+  {
+    std::lock_guard lock(b.mutex);
+    auto keep = std::stable_partition(b.retired.begin(), b.retired.end(), [&](Event* e) {
+      return !wait && ze().zeEventQueryStatus(e->handle) == ZE_RESULT_NOT_READY;
+    });
+    done.assign(keep, b.retired.end());
+    b.retired.erase(keep, b.retired.end());
+  }
+  for (Event* e : done) destroy_event(e);  // waits (when `wait`) for what is still pending
+}
 
 tsr_status lookup_stream(Backend& b, const char* operation, tsr_stream handle, Stream** out) {
   return lookup(b, b.streams, kStreamTag, operation, "stream", handle, out);
@@ -115,7 +142,9 @@ void destroy_stream(Stream* s) {
   {
     std::lock_guard lock(s->mutex);
     (void)drain(*s, UINT64_MAX);
+    run_deferred(*s, true);  // the device is past everything (or lost)
   }
+  stop_callbacks(*s);
   if (s->list) (void)ze().zeCommandListDestroy(s->list);
   if (s->sync) (void)ze().zeEventDestroy(s->sync);
   if (s->pool) (void)ze().zeEventPoolDestroy(s->pool);
@@ -236,7 +265,14 @@ tsr_status event_destroy(tsr_event handle) {
   if (tsr_status s = require("event_destroy", &b); s != TSR_OK) return s;
   Event* e;
   if (tsr_status st = lookup_event(*b, "event_destroy", handle, &e); st != TSR_OK) return st;
-  if ((e = take_event(*b, handle)) != nullptr) destroy_event(e);
+  if ((e = take_event(*b, handle)) != nullptr) {
+    if (pending(*e)) {
+      retire(*b, e);  // released once its capture completes; destroying does not wait
+    } else {
+      destroy_event(e);
+    }
+  }
+  reap_events(*b, false);
   return TSR_OK;
 }
 
@@ -248,10 +284,27 @@ tsr_status event_record(tsr_event event_handle, tsr_stream stream_handle) {
   Event* e;
   if (tsr_status st = lookup_event(*b, kOp, event_handle, &e); st != TSR_OK) return st;
   if (tsr_status st = lookup_stream(*b, kOp, stream_handle, &s); st != TSR_OK) return st;
-  if (e->recorded.load()) {
-    // Re-recording replaces the capture once the previous one is done.
-    (void)ze().zeEventHostSynchronize(e->handle, UINT64_MAX);
+  if (pending(*e)) {
+    // Re-recording replaces a pending capture without waiting for it: the old event (which
+    // earlier stream_wait_event calls may wait on) is retired and a fresh one takes its place.
+    // Re-recording concurrently with other calls on the same event is not supported.
+    auto* old = new (std::nothrow) Event;
+    if (old == nullptr) return fail(TSR_RESOURCE_EXHAUSTED, "%s: out of host memory", kOp);
+    old->device = e->device;
+    old->pool = e->pool;
+    old->handle = e->handle;
+    old->recorded.store(true);
+    ze_result_t r = make_event(b->devices[size_t(e->device)],
+                               !(e->flags & TSR_EVENT_DISABLE_TIMING), &e->pool, &e->handle);
+    if (r != ZE_RESULT_SUCCESS) {
+      e->pool = old->pool;
+      e->handle = old->handle;
+      delete old;
+      return fail_ze(r, kOp, "zeEventCreate");
+    }
+    retire(*b, old);
   }
+  reap_events(*b, false);
   (void)ze().zeEventHostReset(e->handle);
   tsr_status st = submit(*s, kOp, "zeCommandListAppendBarrier", [&] {
     return ze().zeCommandListAppendBarrier(s->list, e->handle, 0, nullptr);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,7 +52,19 @@ namespace tessera::ze {
   X(zeEventQueryKernelTimestamp) \
   X(zeMemGetIpcHandle) \
   X(zeMemOpenIpcHandle) \
-  X(zeMemCloseIpcHandle)
+  X(zeMemCloseIpcHandle) \
+  X(zeEventHostSignal) \
+  X(zeDeviceGetModuleProperties) \
+  X(zeModuleCreate) \
+  X(zeModuleDestroy) \
+  X(zeModuleBuildLogGetString) \
+  X(zeModuleBuildLogDestroy) \
+  X(zeKernelCreate) \
+  X(zeKernelDestroy) \
+  X(zeKernelSetArgumentValue) \
+  X(zeKernelSetGroupSize) \
+  X(zeKernelSuggestGroupSize) \
+  X(zeCommandListAppendLaunchKernel)
 // clang-format on
 
 struct Loader {
@@ -107,6 +120,8 @@ struct Device {
   tsr_device_properties properties{};
 };
 
+struct CallbackQueue;  // callback.cc
+
 struct Stream {
   int32_t device = 0;
   ze_command_list_handle_t list = nullptr;  // immediate, in order
@@ -116,6 +131,9 @@ struct Stream {
   uint64_t submitted = 0;            // commands appended so far
   uint64_t done = 0;                 // commands known complete
   uint64_t armed = 0;                // `sync` is appended behind this many commands (0: not)
+  // Cleanups (temporaries, callback events) run by drain once `done` reaches the position.
+  std::vector<std::pair<uint64_t, std::function<void()>>> deferred;
+  CallbackQueue* callbacks = nullptr;  // started by the first stream_add_callback
 };
 
 struct Event {
@@ -134,6 +152,8 @@ struct Allocation {
   int32_t device = -1;
 };
 
+struct DeviceKernels;  // module.cc
+
 struct Backend {
   void* library = nullptr;
   Loader loader;
@@ -146,6 +166,11 @@ struct Backend {
   uint64_t next_handle = 1;
   std::unordered_map<uint64_t, Stream*> streams;  // handle -> stream
   std::unordered_map<uint64_t, Event*> events;
+  // Events destroyed or re-recorded while pending: released once they complete (reap_events).
+  std::vector<Event*> retired;
+  // Kernel modules per device, built on first use (module.cc); guarded by kernels_mutex.
+  std::mutex kernels_mutex;
+  std::map<int32_t, std::shared_ptr<DeviceKernels>> kernels;
 };
 
 Backend* current();
@@ -160,6 +185,22 @@ Event* take_event(Backend& backend, tsr_event handle);
 tsr_status lookup_event(Backend& backend, const char* operation, tsr_event handle, Event** out);
 void destroy_stream(Stream* stream);
 void destroy_event(Event* event);
+// Releases retired events that have completed (all of them, waiting, when `wait`).
+void reap_events(Backend& backend, bool wait);
+void stop_callbacks(Stream& stream);  // callback.cc: after the last drain, joins the worker
+// Runs the deferred cleanups whose position the stream has passed. Caller holds stream.mutex.
+void run_deferred(Stream& stream, bool all);
+
+// Appends one command to `s` (in order on the immediate list) under s.mutex; `append` returns the
+// ze_result_t of the call named `call`.
+template <typename Append>
+tsr_status submit(Stream& s, const char* operation, const char* call, Append&& append) {
+  std::lock_guard lock(s.mutex);
+  ze_result_t r = append();
+  if (r != ZE_RESULT_SUCCESS) return fail_ze(r, operation, call);
+  ++s.submitted;
+  return TSR_OK;
+}
 tsr_status describe_device(const Loader& z, Device& device);  // devices.cc, at init
 
 // Entries (backend_abi.h semantics), gathered by entry.cc.
@@ -183,6 +224,7 @@ tsr_status stream_destroy(tsr_stream stream);
 tsr_status stream_synchronize(tsr_stream stream);
 tsr_status stream_query(tsr_stream stream);
 tsr_status stream_wait_event(tsr_stream stream, tsr_event event);
+tsr_status stream_add_callback(tsr_stream stream, tsr_host_fn fn, void* user_data);
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event);
 tsr_status event_destroy(tsr_event event);
 tsr_status event_record(tsr_event event, tsr_stream stream);
@@ -192,6 +234,10 @@ tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms);
 tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle);
 tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_ptr);
 tsr_status ipc_close_handle(void* ptr);
+tsr_status reduce_async(void* dst, const void* const* srcs, int32_t num_srcs, size_t count,
+                        tsr_dtype dtype, tsr_reduce_op op, tsr_stream stream);
+tsr_status cast_async(void* dst, tsr_dtype dst_dtype, const void* src, tsr_dtype src_dtype,
+                      size_t count, tsr_stream stream);
 }  // namespace api
 
 }  // namespace tessera::ze
