@@ -58,6 +58,9 @@ extern tsr_status (*const reduce_async)(void* dst, const void* const* srcs, int3
 extern tsr_status (*const cast_async)(void* dst, tsr_dtype dst_dtype, const void* src,
                                       tsr_dtype src_dtype, size_t count, tsr_stream stream);
 
+// compute.cc: NULL when built without the CUDA language (busy_wait.cu).
+extern tsr_status (*const stream_busy_wait)(tsr_stream stream, uint64_t microseconds);
+
 // gemm.cc: NULL when built without a BLAS library name.
 extern tsr_status (*const gemm_async)(const tsr_gemm_desc* desc, tsr_stream stream);
 

@@ -7,7 +7,7 @@
 #include "errors.h"
 #include "state.h"
 
-#if TESSERA_CUDA_HAVE_KERNELS
+#if TESSERA_CUDA_HAVE_KERNELS || TESSERA_CUDA_HAVE_BUSY_WAIT
 #include "kernels.h"
 #endif
 
@@ -149,6 +149,46 @@ tsr_status (*const reduce_async)(void*, const void* const*, int32_t, size_t, tsr
                                  tsr_reduce_op, tsr_stream) = nullptr;
 tsr_status (*const cast_async)(void*, tsr_dtype, const void*, tsr_dtype, size_t,
                                tsr_stream) = nullptr;
+}  // namespace api
+#endif
+
+// stream_busy_wait: the clock64 spin kernel of busy_wait.cu, compiled only with the CUDA
+// language (TESSERA_CUDA_HAVE_BUSY_WAIT); NULL otherwise (e.g. kernels built outside CMake).
+#if TESSERA_CUDA_HAVE_BUSY_WAIT
+namespace {
+
+tsr_status busy_wait(tsr_stream stream_handle, uint64_t microseconds) {
+  static constexpr const char* kOp = "stream_busy_wait";
+  static constexpr uint64_t kMaxMicroseconds = 60'000'000;  // the ABI's bound: one minute
+  return guarded(kOp, [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
+    if (microseconds > kMaxMicroseconds) {
+      return fail(TSR_INVALID_ARGUMENT, "%s: %llu us is more than the limit of %llu us", kOp,
+                  static_cast<unsigned long long>(microseconds),
+                  static_cast<unsigned long long>(kMaxMicroseconds));
+    }
+    if (microseconds == 0) return TSR_OK;
+    DeviceGuard guard;
+    if (tsr_status s = guard.enter(kOp, stream->device); s != TSR_OK) return s;
+    int clock_khz = 0;
+    TSR_RT_CHECK(kOp, rtDeviceGetAttribute, &clock_khz, rtDevAttrClockRate, stream->device);
+    if (clock_khz <= 0) return fail(TSR_INTERNAL, "%s: the device reports no SM clock", kOp);
+    rtError_t error = kernels::launch_busy_wait(microseconds, clock_khz, stream->raw);
+    if (error != rtSuccess) return fail_runtime(error, kOp, "the busy-wait kernel launch");
+    return TSR_OK;
+  });
+}
+
+}  // namespace
+namespace api {
+tsr_status (*const stream_busy_wait)(tsr_stream, uint64_t) = &busy_wait;
+}  // namespace api
+#else
+namespace api {
+tsr_status (*const stream_busy_wait)(tsr_stream, uint64_t) = nullptr;
 }  // namespace api
 #endif
 }  // namespace tessera::cuda

@@ -7,8 +7,9 @@
 #     HEADER <file>             the runtime header: cuda_runtime_api.h, mc_runtime_api.h ...
 #     LIBRARY <targets/paths>   what to link for the runtime: CUDA::cudart_static, a path ...
 #     [INCLUDE_DIRS <dirs>]     where HEADER lives, when not on the default path
-#     [KERNELS ON|OFF]          compile reduce.cu/cast.cu with the CUDA language (default OFF);
-#                               OFF leaves reduce_async and cast_async NULL
+#     [KERNELS ON|OFF]          compile reduce.cu/cast.cu/busy_wait.cu with the CUDA language
+#                               (default OFF); OFF leaves reduce_async, cast_async and
+#                               stream_busy_wait NULL (KERNEL_OBJECTS fill only the first two)
 #     [ARCHITECTURES <list>]    CUDA architectures, e.g. "80;90": SASS for each, PTX for the last
 #     [KERNEL_OBJECTS <files>]  reduce/cast kernels compiled outside CMake's CUDA language (hipcc
 #                               for backends/hip); with KERNELS OFF, links them and fills the
@@ -65,7 +66,7 @@ function(tessera_add_cuda_like_backend name)
               ${dir}/errors.cc ${dir}/event.cc ${dir}/gemm.cc ${dir}/ipc.cc ${dir}/memory.cc
               ${dir}/state.cc ${dir}/stream.cc ${dir}/transfer.cc)
   if(ARG_KERNELS)
-    list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu)
+    list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu ${dir}/busy_wait.cu)
   endif()
   list(APPEND sources ${ARG_KERNEL_OBJECTS})
 
@@ -102,6 +103,7 @@ function(tessera_add_cuda_like_backend name)
     TESSERA_CUDA_VERSION="${PROJECT_VERSION}"
     TESSERA_CUDA_VENDOR="${ARG_VENDOR}"
     TESSERA_CUDA_HAVE_KERNELS=${have_KERNELS}
+    TESSERA_CUDA_HAVE_BUSY_WAIT=$<BOOL:${ARG_KERNELS}>
     TESSERA_CUDA_HAVE_IPC=${have_IPC}
     TESSERA_CUDA_NVIDIA_TABLES=${have_NVIDIA_TABLES}
     TESSERA_CUDA_DRIVER_LIBRARY="${ARG_DRIVER_LIBRARY}"

@@ -76,6 +76,7 @@ tsr_backend_api_v1 make_table() {
   t.cast_async = api::cast_async;
   t.gemm_async = api::gemm_async;
   t.collectives = api::collectives();  // NULL when the collective library is absent
+  t.stream_busy_wait = api::stream_busy_wait;
   return t;
 }
 

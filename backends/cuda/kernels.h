@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime_names.h"
 #include "tessera/hal/backend_abi.h"
@@ -20,5 +21,11 @@ rtError_t launch_reduce(void* dst, const void* const* srcs, int num_srcs, size_t
 // dst[i] = convert(src[i]); src and dst must not overlap unless identical with equal sizes.
 rtError_t launch_cast(void* dst, tsr_dtype dst_dtype, const void* src, tsr_dtype src_dtype,
                       size_t count, int blocks_hint, rtStream_t stream);
+
+#if TESSERA_CUDA_HAVE_BUSY_WAIT
+// Occupies `stream` for `microseconds` with a one-thread kernel spinning on clock64, converted
+// with the SM clock `clock_khz` (busy_wait.cu).
+rtError_t launch_busy_wait(uint64_t microseconds, int clock_khz, rtStream_t stream);
+#endif
 
 }  // namespace tessera::cuda::kernels

@@ -35,6 +35,7 @@ tsr_status stream_destroy(tsr_stream stream);
 tsr_status stream_synchronize(tsr_stream stream);
 tsr_status stream_query(tsr_stream stream);
 tsr_status stream_add_callback(tsr_stream stream, tsr_host_fn fn, void* user_data);
+tsr_status stream_busy_wait(tsr_stream stream, uint64_t microseconds);
 
 // event.cc
 tsr_status stream_wait_event(tsr_stream stream, tsr_event event);

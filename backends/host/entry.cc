@@ -67,6 +67,7 @@ const tsr_backend_api_v1 kApi = [] {
   t.cast_async = &api::cast_async;
   t.gemm_async = api::gemm_async;
   t.collectives = nullptr;  // collectives over host memory live in collectives/, not here
+  t.stream_busy_wait = &api::stream_busy_wait;
   return t;
 }();
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -15,6 +16,9 @@ namespace tessera::host {
 namespace {
 
 thread_local const Stream* t_worker_stream = nullptr;
+
+// The ABI's bound on one busy wait (one minute).
+constexpr uint64_t kMaxBusyWaitMicroseconds = 60'000'000;
 
 }  // namespace
 
@@ -244,6 +248,29 @@ tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_dat
                              fn(user_data, stream_status);
                              return TSR_OK;
                            });
+  });
+}
+
+tsr_status stream_busy_wait(tsr_stream handle, uint64_t microseconds) {
+  static constexpr const char* kOp = "stream_busy_wait";
+  return guarded(kOp, [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
+    if (microseconds > kMaxBusyWaitMicroseconds) {
+      return fail(TSR_INVALID_ARGUMENT, "%s: %llu us is more than the limit of %llu us", kOp,
+                  static_cast<unsigned long long>(microseconds),
+                  static_cast<unsigned long long>(kMaxBusyWaitMicroseconds));
+    }
+    if (microseconds == 0) return TSR_OK;
+    // The worker sleeps from the moment the work starts, as a kernel of that length would run:
+    // the deadline is taken on the worker, not at enqueue time.
+    return stream->enqueue(kOp, /*always_run=*/false, [microseconds](tsr_status, std::string*) {
+      std::this_thread::sleep_until(std::chrono::steady_clock::now() +
+                                    std::chrono::microseconds(microseconds));
+      return TSR_OK;
+    });
   });
 }
 

@@ -38,6 +38,7 @@ constexpr OptionalEntry kOptional[] = {
     TSR_CTS_OPTIONAL(cast_async),
     TSR_CTS_OPTIONAL(gemm_async),
     TSR_CTS_OPTIONAL(collectives),
+    TSR_CTS_OPTIONAL(stream_busy_wait),
 };
 #undef TSR_CTS_OPTIONAL
 #undef TSR_CTS_STRING

@@ -237,6 +237,34 @@ TEST_F(Stream, ClampsUnsupportedPriorities) {
   }
 }
 
+// stream_busy_wait (ABI minor 1) is a test aid, not a capability the runtime relies on, so a
+// backend without it (NULL, or a table from an older minor) skips this test instead of listing
+// it. The lower bound on the elapsed time is a correctness property (the stream must be occupied
+// at least that long), which a slow machine cannot break; no upper bound is asserted.
+TEST_F(Stream, IsOccupiedByABusyWaitInOrderWithItsOtherWork) {
+  if (!has_entry("stream_busy_wait")) GTEST_SKIP() << "stream_busy_wait is NULL";
+  constexpr uint64_t kMicroseconds = 30000;
+  OwnedStream stream;
+  CTS_ASSERT_OK(OwnedStream::create(0, &stream));
+  DeviceMemory block;
+  CTS_ASSERT_OK(DeviceMemory::allocate(0, 4096, &block));
+  const auto start = std::chrono::steady_clock::now();
+  CTS_ASSERT_OK(api().memset_async(block.get(), 1, 4096, stream.get()));
+  CTS_ASSERT_OK(api().stream_busy_wait(stream.get(), kMicroseconds));
+  CTS_ASSERT_OK(api().memset_async(block.get(), 2, 4096, stream.get()));
+  CTS_ASSERT_OK(api().stream_busy_wait(stream.get(), 0));  // a no-op
+  CTS_ASSERT_OK(stream.synchronize());
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::microseconds>(took).count(),
+            int64_t(kMicroseconds))
+      << "the stream was idle before the busy wait could have ended";
+  std::vector<uint8_t> seen(4096);
+  ASSERT_TRUE(copy_and_wait(seen.data(), block.get(), seen.size(), stream));
+  EXPECT_TRUE(all_bytes_are(seen.data(), seen.size(), 2)) << "work after the busy wait is lost";
+  CTS_EXPECT_STATUS(TSR_INVALID_ARGUMENT, api().stream_busy_wait(nullptr, 10));
+  CTS_EXPECT_STATUS(TSR_INVALID_ARGUMENT, api().stream_busy_wait(stream.get(), 60'000'001));
+}
+
 TEST_F(Stream, RejectsUseAfterDestroy) {
   // The ABI leaves this undefined in general; a backend that cannot detect it lists this test
   // as unsupported. The host backend detects it.

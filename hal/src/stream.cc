@@ -136,6 +136,12 @@ Status Stream::add_callback(std::function<void(Status)> fn) const {
   return Status();
 }
 
+Status Stream::busy_wait(uint64_t microseconds) const {
+  const auto& api = backend_->api();
+  if (api.stream_busy_wait == nullptr) return unsupported("stream_busy_wait");
+  return backend_->check(api.stream_busy_wait(stream_, microseconds), "stream_busy_wait");
+}
+
 Status Stream::synchronize() const {
   return backend_->check(backend_->api().stream_synchronize(stream_), "stream_synchronize");
 }

@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 #define TSR_BACKEND_ABI_MAJOR 1
-#define TSR_BACKEND_ABI_MINOR 0
+#define TSR_BACKEND_ABI_MINOR 1 /* 1: stream_busy_wait */
 
 /* Name of the entry point for this major version, for dlsym. */
 #define TSR_BACKEND_ENTRY_POINT "tessera_backend_get_api_v1"
@@ -433,6 +433,15 @@ typedef struct tsr_backend_api_v1 {
 
   /* [optional] NULL when the backend has no collective library or it failed to load. */
   const tsr_collectives_api_v1* collectives;
+
+  /* ---- appended in minor 1 --------------------------------------------------------------- */
+
+  /* [optional] Occupies `stream` for `microseconds` microseconds, in order with its other work:
+   * later work waits for it, as for a kernel that runs that long (a spin kernel on GPUs, a sleep
+   * of the stream's worker on the host backend). Lets tests and benchmarks model accelerator
+   * compute on machines without one. 0 is a no-op; more than 60 000 000 (one minute) is
+   * TSR_INVALID_ARGUMENT. Absent (NULL or beyond struct_size) in tables before minor 1. */
+  tsr_status (*stream_busy_wait)(tsr_stream stream, uint64_t microseconds);
 } tsr_backend_api_v1;
 
 /* The entry point each backend exports. Returns NULL only if the backend cannot serve this host

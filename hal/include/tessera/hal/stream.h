@@ -67,6 +67,10 @@ class Stream {
   Status wait(const Event& event) const;
   // Runs `fn(status)` on a backend thread once earlier work is done.
   Status add_callback(std::function<void(Status)> fn) const;
+  // Occupies the stream for `microseconds` us in order with its other work (a spin kernel, or a
+  // sleep on the host backend): models device compute in tests and benchmarks. UNIMPLEMENTED when
+  // the backend lacks stream_busy_wait (tables before ABI minor 1).
+  Status busy_wait(uint64_t microseconds) const;
 
   // Blocks until all work is done; the first failure of that work.
   Status synchronize() const;
