@@ -1,0 +1,99 @@
+// Bootstrap: who this process is (rank, size, local rank, local size, read from whichever launcher
+// started it) and how the ranks find each other (a key-value store used once, when communicators
+// are created, to exchange addresses). Nothing here moves tensor data.
+//
+// Launchers recognised, first match wins (docs/LAUNCH.md):
+//   tessera launch   TESSERA_LAUNCHER=tessera plus the torchrun-style variables below; the store is
+//                    hosted by the launcher process itself, so it survives any rank's death.
+//   torchrun-style   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the
+//                    TCP store is hosted by rank 0.
+//   OpenMPI mpirun   OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; addresses through PMIx.
+//   PMIx             PMIX_RANK (+ PMIx job info for size and local ranks); put/get/fence.
+//   Slurm srun       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE / derived;
+//                    PMIx when srun --mpi=pmix, else a TCP store on the first node of the step.
+//   none             a single rank (rank 0 of 1), no store needed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/status.h"
+
+namespace tessera::coll {
+
+enum class Launcher { kNone, kTessera, kTorchrun, kOpenMpi, kPmix, kSlurm };
+std::string_view launcher_name(Launcher launcher);  // "none", "tessera", "torchrun", ...
+
+struct LaunchInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  Launcher launcher = Launcher::kNone;
+  std::string hostname;    // this host's name (gethostname)
+  std::string store_host;  // TCP store address, empty when the store is PMIx or not needed
+  int store_port = 0;
+  bool store_hosted_by_launcher = false;  // tessera launch: no rank hosts the server
+  int generation = 0;  // bumped by an elastic restart (TESSERA_GENERATION); prefixes store keys
+};
+
+// Reads the environment of this process. Errors name the variable and its value (a RANK that is
+// not a number, a rank >= size, a torchrun layout without MASTER_ADDR, ...).
+Result<LaunchInfo> detect_launch();
+
+// A key-value store shared by every rank of a job. Values are opaque bytes. Thread-safe.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status set(std::string_view key, std::string_view value) = 0;
+  // Waits until `key` exists, up to `timeout`; DEADLINE_EXCEEDED names the key.
+  virtual Result<std::string> get(std::string_view key, std::chrono::milliseconds timeout) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (0 when absent); returns the new value.
+  virtual Result<int64_t> add(std::string_view key, int64_t delta) = 0;
+};
+
+// A TCP store server (usually on rank 0 or in `tessera launch`). Serves until destroyed.
+class TcpStoreServer {
+ public:
+  virtual ~TcpStoreServer() = default;
+  virtual int port() const = 0;  // the bound port (useful when asked for port 0)
+};
+// Binds `host:port` (port 0 = any free port) and serves from a background thread.
+Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string& host, int port);
+// Connects to a TCP store, retrying until `timeout` (the server may start later than the client).
+Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
+                                                 std::chrono::milliseconds timeout);
+
+struct BootstrapOptions {
+  std::chrono::milliseconds timeout{60000};  // connecting and every exchange
+};
+
+// LaunchInfo + store + the two collective exchanges communicator creation needs. Built once per
+// process; communicators keep a shared_ptr to it.
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+
+  // Detects the launcher, starts or connects the store it implies (PMIx, TCP, or none for a
+  // single rank).
+  static Result<std::shared_ptr<Bootstrap>> from_environment(BootstrapOptions options = {});
+  // For tests and embedders: an explicit identity and store.
+  static std::shared_ptr<Bootstrap> from_parts(LaunchInfo info, std::unique_ptr<Store> store,
+                                               BootstrapOptions options = {});
+
+  virtual const LaunchInfo& info() const = 0;
+  virtual Store& store() = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // Every rank of the job calls this with the same `name` (unique per exchange); returns every
+  // rank's bytes in rank order. Errors name the rank that did not arrive within the timeout.
+  virtual Result<std::vector<std::string>> allgather(std::string_view name,
+                                                     std::string_view mine) = 0;
+  virtual Status barrier(std::string_view name) = 0;
+};
+
+}  // namespace tessera::coll

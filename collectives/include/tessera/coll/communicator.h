@@ -1,0 +1,174 @@
+// Communicators: a group of ranks (one device each) that run collective operations together.
+//
+// Every rank of a communicator must issue the same operations in the same order (as with MPI and
+// NCCL); a cheap header sent with every message checks it, and a mismatch (other operation, dtype
+// or count) fails on the rank that sees it with an error naming both ranks, and aborts the
+// communicator everywhere it can reach. A communicator is used by one thread at a time.
+//
+// Memory: buffers must be host-addressable: host memory, pinned memory, or device memory of a
+// backend whose memory the host can address (the host backend). Any element count, any alignment.
+//
+// Two ways to call each operation:
+//   - blocking: `comm.allreduce(send, recv, n, DType::kF32, ReduceOp::kSum)` runs it now, on the
+//     calling thread, and returns when it is complete;
+//   - on a stream: the same arguments plus a `hal::Stream&`; the operation starts when the work
+//     queued before it on that stream is done, later work on the stream waits for it, and the
+//     returned Work can be waited on with a timeout or turned into an event.
+//
+// Faults: every wait is bounded by the timeout (TESSERA_COLL_TIMEOUT_MS, CommOptions::timeout). A
+// rank that dies is detected (local ranks through pidfds, remote ones through the transport), and
+// the pending and later operations of every survivor fail with an error naming the dead rank and
+// the operation. abort() unblocks everything; after a failure or an abort the communicator only
+// returns errors (create a new one, e.g. through a new bootstrap generation).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/coll/bootstrap.h"
+#include "tessera/common/status.h"
+#include "tessera/hal/dtype.h"
+#include "tessera/hal/platform.h"
+#include "tessera/hal/stream.h"
+
+namespace tessera::coll {
+
+using hal::DType;
+using hal::ReduceOp;
+
+enum class OpKind : uint8_t {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,
+  kAllGatherV,
+  kReduceScatter,
+  kAllToAll,
+  kAllToAllV,
+  kSend,
+  kRecv,
+  kBarrier,
+};
+inline constexpr int kNumOpKinds = 11;
+std::string_view op_name(OpKind op);  // "allreduce", "reduce_scatter", ...
+
+struct CommOptions {
+  // Bound on every wait. Default: TESSERA_COLL_TIMEOUT_MS, else 300000 (5 minutes).
+  std::chrono::milliseconds timeout{0};
+  // Forced algorithms, "allreduce:ring,broadcast:tree". Default: TESSERA_COLL_ALGO.
+  std::string algorithms;
+  // Transport between ranks: "auto" (shared memory inside a host, UCX across), "shm", "ucx".
+  // Default: TESSERA_COLL_TRANSPORT, else "auto".
+  std::string transport;
+};
+
+class WorkState;  // internal
+
+// Handle of an operation queued on a stream. Copyable; all copies refer to the same operation.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
+
+  // Waits until the operation finished, up to `timeout`; its status, or DEADLINE_EXCEEDED (the
+  // operation is still running then).
+  Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  bool done() const;
+  // An event recorded on the operation's stream after it: other streams can wait on it.
+  const hal::Event& event() const;
+
+ private:
+  std::shared_ptr<WorkState> state_;
+};
+
+class CommImpl;  // internal
+
+class Communicator {
+ public:
+  // The world communicator of a bootstrap: every rank of the job calls it. `device`, when given,
+  // is the device this rank uses (streams passed to operations must belong to it).
+  static Result<std::shared_ptr<Communicator>> create(std::shared_ptr<Bootstrap> bootstrap,
+                                                      CommOptions options = {});
+  static Result<std::shared_ptr<Communicator>> create(std::shared_ptr<Bootstrap> bootstrap,
+                                                      const hal::Device& device,
+                                                      CommOptions options = {});
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;  // among the ranks of this communicator on the same host
+  int local_size() const;
+  int num_hosts() const;
+  int world_rank(int rank) const;  // the rank in the bootstrap's job
+
+  // Collective over this communicator. Ranks with the same color form a new communicator, ordered
+  // by (key, rank); a negative color returns nullptr (not a member).
+  Result<std::shared_ptr<Communicator>> split(int color, int key);
+  // Collective over this communicator: every rank passes the same list (ranks of this
+  // communicator); members get the new communicator (rank = position in the list), others nullptr.
+  Result<std::shared_ptr<Communicator>> group(std::span<const int> ranks);
+
+  // ---- blocking operations -------------------------------------------------------------------
+  // In place: send == recv (allgather: send == recv + rank * count elements; reduce_scatter:
+  // recv == send + rank * recv_count elements). Counts are in elements of `dtype`.
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  Status reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
+  Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root);
+  Status allgather(const void* send, void* recv, size_t count, DType dtype);
+  // Rank r contributes counts[r] elements, placed at recv + displs[r] elements.
+  Status allgatherv(const void* send, void* recv, std::span<const size_t> counts,
+                    std::span<const size_t> displs, DType dtype);
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
+  Status alltoall(const void* send, void* recv, size_t count, DType dtype);
+  Status alltoallv(const void* send, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_displs, void* recv,
+                   std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                   DType dtype);
+  Status send(const void* buf, size_t count, DType dtype, int peer);
+  Status recv(void* buf, size_t count, DType dtype, int peer);
+  Status barrier();
+
+  // ---- the same operations queued on a stream ------------------------------------------------
+  Result<Work> allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                         const hal::Stream& stream);
+  Result<Work> reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                      int root, const hal::Stream& stream);
+  Result<Work> broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                         const hal::Stream& stream);
+  Result<Work> allgather(const void* send, void* recv, size_t count, DType dtype,
+                         const hal::Stream& stream);
+  Result<Work> reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                              ReduceOp op, const hal::Stream& stream);
+  Result<Work> alltoall(const void* send, void* recv, size_t count, DType dtype,
+                        const hal::Stream& stream);
+  Result<Work> send(const void* buf, size_t count, DType dtype, int peer,
+                    const hal::Stream& stream);
+  Result<Work> recv(void* buf, size_t count, DType dtype, int peer, const hal::Stream& stream);
+
+  // Makes every pending and later operation of this communicator fail with ABORTED and `reason`;
+  // reaches the other local ranks through shared memory. Safe from any thread.
+  void abort(std::string reason);
+  bool aborted() const;
+
+  // The last operations of this rank (sequence number, op, dtype, count, peer, algorithm, state,
+  // timestamps), one per line; also logged on a timeout or failure.
+  std::string flight_record() const;
+
+  // The algorithm the tuner picks for `op` of `bytes` on this communicator ("ring", "tree", ...).
+  std::string_view algorithm_for(OpKind op, size_t bytes) const;
+
+  CommImpl& impl() { return *impl_; }
+  // Internal: communicators are made by create(), split() and group().
+  explicit Communicator(std::unique_ptr<CommImpl> impl);
+
+ private:
+  std::unique_ptr<CommImpl> impl_;
+};
+
+}  // namespace tessera::coll

@@ -1,0 +1,87 @@
+// The collective algorithms, written once over the P2P layer (transport/transport.h). Each is a
+// function of an AlgoContext (who am I, run a step, scratch memory) and the operation's OpDesc.
+// They never block except inside AlgoContext::run, which bounds every wait.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tessera/coll/communicator.h"
+#include "transport/transport.h"
+
+namespace tessera::coll {
+
+// One operation with everything the algorithms need; the vectors are copies of the caller's spans
+// so a queued operation does not depend on the caller's arrays staying alive.
+struct OpDesc {
+  OpKind kind = OpKind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // allreduce/reduce/broadcast: total; allgather/alltoall: per rank;
+                     // reduce_scatter: per rank (recv_count); send/recv: message
+  DType dtype = DType::kU8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;                                  // reduce, broadcast; send/recv: the peer
+  std::vector<size_t> counts, displs;            // allgatherv (elements), alltoallv send side
+  std::vector<size_t> recv_counts, recv_displs;  // alltoallv receive side
+};
+
+class CommImpl;
+
+class AlgoContext {
+ public:
+  virtual ~AlgoContext() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Runs one step: starts every op and drives them to completion (bounded by the timeout; fails on
+  // abort, a dead peer or a header mismatch).
+  virtual Status run(std::span<P2P> ops) = 0;
+  // Scratch memory of at least `bytes`, valid until the operation ends; `slot` 0 or 1.
+  virtual void* scratch(size_t bytes, int slot = 0) = 0;
+  // For the hierarchical algorithms: the ranks on this host, and the ranks with the same local
+  // rank on the other hosts (nullptr when the layout is not uniform).
+  virtual CommImpl* local_comm() = 0;
+  virtual CommImpl* cross_comm() = 0;
+
+  // P2P operations stamped with the current operation's header and step.
+  P2P send(int peer, const void* src, size_t bytes) const;
+  P2P recv(int peer, void* dst, size_t bytes) const;
+  P2P recv_reduce(int peer, const void* local, void* dst, size_t bytes) const;
+
+  WireHeader header;  // set per operation by the communicator; header.step counts steps
+  DType dtype = DType::kU8;
+  ReduceOp reduce_op = ReduceOp::kSum;
+};
+
+// Element range [begin, begin + count) of block `i` when `count` elements are cut into `n`
+// nearly equal blocks (the first count % n blocks get one more).
+struct Block {
+  size_t begin;
+  size_t count;
+};
+inline Block block_of(size_t count, int n, int i) {
+  const size_t base = count / size_t(n), extra = count % size_t(n);
+  const size_t idx = size_t(i);
+  return Block{base * idx + (idx < extra ? idx : extra), base + (idx < extra ? 1 : 0)};
+}
+
+// ---- the algorithms (algo/*.cc) -----------------------------------------------------------------
+Status allreduce_ring(AlgoContext& c, const OpDesc& d);
+Status allreduce_recursive_doubling(AlgoContext& c, const OpDesc& d);
+Status allreduce_halving_doubling(AlgoContext& c, const OpDesc& d);
+Status allreduce_tree(AlgoContext& c, const OpDesc& d);
+Status allreduce_hierarchical(AlgoContext& c, const OpDesc& d);
+Status reduce_tree(AlgoContext& c, const OpDesc& d);
+Status broadcast_tree(AlgoContext& c, const OpDesc& d);
+Status broadcast_chain(AlgoContext& c, const OpDesc& d);
+Status allgather_ring(AlgoContext& c, const OpDesc& d);  // also allgatherv
+Status allgather_direct(AlgoContext& c, const OpDesc& d);
+Status reduce_scatter_ring(AlgoContext& c, const OpDesc& d);
+Status alltoall_pairwise(AlgoContext& c, const OpDesc& d);  // also alltoallv
+Status barrier_dissemination(AlgoContext& c, const OpDesc& d);
+Status send_recv(AlgoContext& c, const OpDesc& d);
+
+}  // namespace tessera::coll

@@ -1,0 +1,543 @@
+// Communicator creation (membership, transports, liveness) and the progress loop.
+#include "comm_impl.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "tessera/common/env.h"
+#include "tessera/common/log.h"
+#include "transport/ucx_transport.h"
+
+namespace tessera::coll {
+namespace {
+
+// Single-copy (CMA) is off by default: on the machines measured (docs/PERFORMANCE.md) the FIFO
+// with streaming stores moved large messages faster than process_vm_readv's kernel copy.
+// TESSERA_SHM_CMA_THRESHOLD=1M turns it on from 1 MiB.
+constexpr uint64_t kDefaultSingleCopyThreshold = 0;
+
+// A word every process can read in its peers, to test single-copy (CMA) access.
+const uint64_t kSingleCopyProbe = 0x7e55e7a;
+
+struct Card {
+  int world_rank = 0;
+  int pid = 0;
+  uint64_t probe_address = 0;
+  int64_t color = 0;
+  int64_t key = 0;
+  std::string host;
+};
+
+std::string encode(const Card& c) {
+  return std::to_string(c.world_rank) + "|" + std::to_string(c.pid) + "|" +
+         std::to_string(c.probe_address) + "|" + std::to_string(c.color) + "|" +
+         std::to_string(c.key) + "|" + c.host;
+}
+
+Result<Card> decode(const std::string& text, size_t from) {
+  Card c;
+  std::istringstream in(text);
+  std::string field[6];
+  for (int i = 0; i < 5; ++i) std::getline(in, field[i], '|');
+  std::getline(in, field[5]);
+  try {
+    c.world_rank = std::stoi(field[0]);
+    c.pid = std::stoi(field[1]);
+    c.probe_address = std::stoull(field[2]);
+    c.color = std::stoll(field[3]);
+    c.key = std::stoll(field[4]);
+  } catch (...) {
+    return internal_error("communicator creation: malformed card from participant " +
+                          std::to_string(from) + ": '" + text + "'");
+  }
+  c.host = field[5];
+  return c;
+}
+
+// Which ranks share a host: TESSERA_HOST_ID when set (emulated hosts, containers sharing a
+// kernel), else hostname plus the kernel's boot id.
+std::string host_identity() {
+  if (auto id = env::get("TESSERA_HOST_ID"); id && !id->empty()) return *id;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return std::string(name) + "/" + boot;
+}
+
+int pidfd_open(int pid) {
+  return int(syscall(SYS_pidfd_open, pid, 0));
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+std::string fnv_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+}  // namespace
+
+// ---- WorkState
+// -----------------------------------------------------------------------------------
+
+void WorkState::mark_ready(Status upstream) {
+  std::lock_guard lock(mutex_);
+  ready_ = true;
+  upstream_ = std::move(upstream);
+  cv_.notify_all();
+}
+
+bool WorkState::wait_ready(const std::atomic<bool>& aborted) {
+  std::unique_lock lock(mutex_);
+  while (!ready_) {
+    if (aborted.load()) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void WorkState::finish(Status status) {
+  std::lock_guard lock(mutex_);
+  if (status.ok() && !upstream_.ok()) {
+    status = upstream_.with_context("earlier work on the stream failed");
+  }
+  status_ = std::move(status);
+  done_ = true;
+  ready_ = true;
+  cv_.notify_all();
+}
+
+Status WorkState::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (timeout == std::chrono::milliseconds::max()) {
+    cv_.wait(lock, [&] { return done_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    return deadline_exceeded("collective still running after " + std::to_string(timeout.count()) +
+                             " ms");
+  }
+  return status_;
+}
+
+bool WorkState::done() {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+// ---- creation
+// ------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<CommImpl>> CommImpl::create(CreateArgs args) {
+  Card mine;
+  mine.world_rank = args.world_rank;
+  mine.pid = int(getpid());
+  mine.probe_address = reinterpret_cast<uint64_t>(&kSingleCopyProbe);
+  mine.color = args.color;
+  mine.key = args.key;
+  mine.host = host_identity();
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> cards, args.exchange(encode(mine)));
+  // Every participant runs setup() so that the exchanges inside stay in lockstep; non-members
+  // just take part and get nullptr.
+  std::unique_ptr<CommImpl> impl(new CommImpl());
+  int my_index = -1;
+  for (size_t i = 0; i < cards.size(); ++i) {
+    if (cards[i] == encode(mine)) my_index = int(i);
+  }
+  if (my_index < 0) return internal_error("communicator creation: own card missing");
+  TSR_RETURN_IF_ERROR(impl->setup(args, cards, my_index));
+  if (args.color < 0) return std::unique_ptr<CommImpl>();
+  return impl;
+}
+
+Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& raw_cards,
+                       int my_index) {
+  uid_ = args.uid;
+  bootstrap_ = args.bootstrap;
+  device_ = args.device;
+  options_ = args.options;
+  force_ucx_ = options_.transport == "ucx";
+  std::vector<Card> cards;
+  for (size_t i = 0; i < raw_cards.size(); ++i) {
+    TSR_ASSIGN_OR_RETURN(Card c, decode(raw_cards[i], i));
+    cards.push_back(std::move(c));
+  }
+  // Groups: participants with the same non-negative color, ordered by (key, participant index).
+  std::map<int64_t, std::vector<int>> groups;
+  for (size_t i = 0; i < cards.size(); ++i) {
+    if (cards[i].color >= 0) groups[cards[i].color].push_back(int(i));
+  }
+  for (auto& [color, members] : groups) {
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return cards[size_t(a)].key < cards[size_t(b)].key; });
+  }
+  const Card& me = cards[size_t(my_index)];
+  const bool member = me.color >= 0;
+  std::vector<int> members;
+  if (member) members = groups[me.color];
+  size_ = int(members.size());
+  for (int r = 0; r < size_; ++r) {
+    const Card& c = cards[size_t(members[size_t(r)])];
+    if (members[size_t(r)] == my_index) rank_ = r;
+    world_ranks_.push_back(c.world_rank);
+    pids_.push_back(c.pid);
+    hosts_.push_back(c.host);
+  }
+  // Hosts in order of first appearance; local ranks.
+  std::vector<std::string> host_names;
+  for (const std::string& h : hosts_) {
+    auto it = std::find(host_names.begin(), host_names.end(), h);
+    host_of_.push_back(int(it - host_names.begin()));
+    if (it == host_names.end()) host_names.push_back(h);
+  }
+  num_hosts_ = std::max<int>(1, int(host_names.size()));
+  std::vector<int> local_ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (member && host_of_[size_t(r)] == host_of_[size_t(rank_)]) local_ranks.push_back(r);
+  }
+  local_size_ = std::max<int>(1, int(local_ranks.size()));
+  local_rank_ =
+      member ? int(std::find(local_ranks.begin(), local_ranks.end(), rank_) - local_ranks.begin())
+             : 0;
+
+  // Shared memory: the lowest local rank creates the segment; everyone attaches; it unlinks.
+  // Failures still take part in both barriers so nobody waits for them.
+  ShmConfig shm;
+  TSR_ASSIGN_OR_RETURN(const uint64_t chunk, env::get_bytes("TESSERA_SHM_CHUNK", 256 << 10));
+  TSR_ASSIGN_OR_RETURN(const int64_t slots, env::get_int("TESSERA_SHM_SLOTS", 8));
+  shm.rank = rank_;
+  shm.local_ranks = local_ranks;
+  shm.slot_bytes = size_t(chunk);
+  shm.slots = int(slots);
+  const bool use_shm = member && local_ranks.size() > 1 && !force_ucx_;
+  if (use_shm) {
+    shm.segment_name = "/tessera-" + fnv_hex(uid_ + "|" + hosts_[size_t(rank_)] + "|" +
+                                             std::to_string(pids_[size_t(local_ranks[0])]));
+  }
+  const bool creator = use_shm && local_ranks[0] == rank_;
+  auto barrier = [&](Status mine, const char* what) -> Status {
+    TSR_ASSIGN_OR_RETURN(auto all, args.exchange(mine.ok() ? "" : mine.to_string()));
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].empty()) {
+        return unavailable(std::string("communicator creation (") + what +
+                           ") failed on participant " + std::to_string(i) + ": " + all[i]);
+      }
+    }
+    return Status();
+  };
+  Status created = creator ? ShmTransport::create_segment(shm) : Status();
+  TSR_RETURN_IF_ERROR(barrier(created, "shared memory segment"));
+  Status attached;
+  if (use_shm) {
+    auto t = ShmTransport::attach(shm);
+    if (t.ok()) {
+      shm_ = std::move(t.value());
+    } else {
+      attached = t.status();
+    }
+  }
+  Status all_attached = barrier(attached, "shared memory attach");
+  if (creator) ShmTransport::unlink_segment(shm);
+  TSR_RETURN_IF_ERROR(all_attached);
+
+  // Single copy (CMA) for large messages, when every local rank can read the next one's memory.
+  TSR_ASSIGN_OR_RETURN(const uint64_t threshold,
+                       env::get_bytes("TESSERA_SHM_CMA_THRESHOLD", kDefaultSingleCopyThreshold));
+  std::string can_read = "no";
+  if (use_shm && threshold > 0) {
+    const Card& next =
+        cards[size_t(members[size_t(local_ranks[(size_t(local_rank_) + 1) % local_ranks.size()])])];
+    if (can_read_peer_memory(next.pid, next.probe_address, sizeof kSingleCopyProbe)) {
+      can_read = "yes";
+    }
+  }
+  TSR_ASSIGN_OR_RETURN(auto readable, args.exchange(can_read));
+  bool all_local_can_read = use_shm && threshold > 0;
+  for (int r : local_ranks) {
+    all_local_can_read &= readable[size_t(members[size_t(r)])] == "yes";
+  }
+  if (all_local_can_read) shm_->enable_single_copy(size_t(threshold));
+
+  // UCX: every group that spans hosts (or all groups when forced) creates a transport; the
+  // others still take part in the one exchange it makes.
+  bool any_needs_ucx = false;
+  for (const auto& [color, group] : groups) {
+    std::set<std::string> group_hosts;
+    for (int i : group) group_hosts.insert(cards[size_t(i)].host);
+    if (group.size() > 1 && (group_hosts.size() > 1 || force_ucx_)) any_needs_ucx = true;
+  }
+  const bool need_ucx = member && size_ > 1 && (num_hosts_ > 1 || force_ucx_);
+  if (any_needs_ucx) {
+    int calls = 0;
+    Status ucx_status;
+    if (need_ucx) {
+      UcxTransportConfig config;
+      config.rank = rank_;
+      config.size = size_;
+      config.comm_id = uint32_t(std::hash<std::string>{}(uid_)&0xffff);
+      config.timeout = options_.timeout;
+      config.allgather = [&](std::string_view bytes) -> Result<std::vector<std::string>> {
+        ++calls;
+        TSR_ASSIGN_OR_RETURN(auto all, args.exchange(bytes));
+        std::vector<std::string> out;
+        for (int i : members) out.push_back(all[size_t(i)]);
+        return out;
+      };
+      auto t = create_ucx_transport(config);
+      if (t.ok()) {
+        ucx_ = std::move(t.value());
+      } else {
+        ucx_status = t.status();
+      }
+    }
+    if (calls == 0) TSR_RETURN_IF_ERROR(args.exchange("").status());
+    TSR_RETURN_IF_ERROR(barrier(ucx_status, "UCX transport"));
+  }
+  if (!member) return Status();
+
+  // Liveness of local peers: a pidfd becomes readable when the process exits.
+  pidfds_.assign(size_t(size_), -1);
+  dead_.assign(size_t(size_), false);
+  for (int r : local_ranks) {
+    if (r != rank_) pidfds_[size_t(r)] = pidfd_open(pids_[size_t(r)]);
+  }
+  // Online CPUs, not this process's affinity: a launcher that binds each rank to one core gives
+  // every rank a core of its own, which is exactly when spinning pays.
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  spin_limit_ = local_size_ <= cores ? (uint64_t(1) << 17) : 64;
+  send_seq_.assign(size_t(size_), 0);
+  recv_seq_.assign(size_t(size_), 0);
+
+  // The tuner, from the topology's figures; the hierarchical variant needs the same number of
+  // ranks on every host.
+  std::vector<int> per_host(size_t(num_hosts_), 0);
+  for (int h : host_of_) ++per_host[size_t(h)];
+  const bool uniform =
+      std::all_of(per_host.begin(), per_host.end(), [&](int c) { return c == per_host[0]; });
+  TSR_ASSIGN_OR_RETURN(auto costs, link_costs_from_environment());
+  TSR_ASSIGN_OR_RETURN(
+      tuner_, Tuner::create(size_, num_hosts_, uniform && num_hosts_ > 1 && local_size_ > 1,
+                            costs.first, costs.second, options_.algorithms));
+  if (num_hosts_ > 1 && uniform && local_size_ > 1) {
+    TSR_ASSIGN_OR_RETURN(local_, split(host_of_[size_t(rank_)], rank_));
+    TSR_ASSIGN_OR_RETURN(cross_, split(local_rank_, rank_));
+  }
+  TSR_LOG(kInfo, "coll") << "communicator " << uid_ << ": rank " << rank_ << " of " << size_ << ", "
+                         << num_hosts_ << " host(s), local rank " << local_rank_ << " of "
+                         << local_size_ << (shm_ ? ", shared memory" : "")
+                         << (shm_ && shm_->huge_pages() ? " (huge pages)" : "")
+                         << (shm_ && shm_->single_copy_threshold() > 0 ? ", single-copy" : "")
+                         << (ucx_ ? ", UCX" : "");
+  return Status();
+}
+
+CommImpl::~CommImpl() {
+  bool pending;
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+    pending = !queue_.empty();
+  }
+  // Operations not yet started may wait for streams that will never reach them: release them.
+  // (The one the proxy is running, if any, finishes normally before the join below.)
+  if (pending) abort("communicator destroyed with operations pending");
+  queue_cv_.notify_all();
+  if (proxy_.joinable()) proxy_.join();
+  for (int fd : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+Result<std::unique_ptr<CommImpl>> CommImpl::split(int64_t color, int64_t key) {
+  CreateArgs args;
+  args.uid = uid_ + "/" + std::to_string(split_count_++);
+  args.bootstrap = bootstrap_;
+  args.device = device_;
+  args.options = options_;
+  args.exchange = [this](std::string_view mine) { return allgather_bytes(mine); };
+  args.color = color;
+  args.key = key;
+  args.world_rank = world_ranks_[size_t(rank_)];
+  auto child = create(std::move(args));
+  if (child.ok() && child.value()) child.value()->uid_ += "c" + std::to_string(color);
+  return child;
+}
+
+// ---- abort and liveness
+// --------------------------------------------------------------------------
+
+void CommImpl::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+  }
+  if (shm_) shm_->post_abort(rank_, reason);
+  if (local_) local_->abort(reason);
+  if (cross_) cross_->abort(reason);
+  queue_cv_.notify_all();
+}
+
+Status CommImpl::abort_status() const {
+  std::lock_guard lock(abort_mutex_);
+  return Status(StatusCode::kAborted, "communicator aborted: " + abort_reason_);
+}
+
+void CommImpl::update_dead_peers() {
+  std::vector<pollfd> fds;
+  std::vector<int> ranks;
+  for (size_t r = 0; r < pidfds_.size(); ++r) {
+    if (pidfds_[r] >= 0 && !dead_[r]) {
+      fds.push_back(pollfd{pidfds_[r], POLLIN, 0});
+      ranks.push_back(int(r));
+    }
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) dead_[size_t(ranks[i])] = true;
+  }
+}
+
+// ---- the progress loop
+// -----------------------------------------------------------------------------
+
+Transport* CommImpl::transport_for(int peer) {
+  if (shm_ && shm_->reaches(peer)) return shm_.get();
+  return ucx_.get();
+}
+
+Status CommImpl::fail(std::span<P2P> ops, Status status) {
+  // A transfer error caused by another rank's failure (its buffers gone after it aborted) is
+  // reported as that failure, which names the rank that started it.
+  if (shm_ && status.code() != StatusCode::kAborted) {
+    if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
+      status = Status(StatusCode::kAborted,
+                      "aborted by rank " + std::to_string(posted->first) + ": " + posted->second);
+    }
+  }
+  for (P2P& op : ops) {
+    if (op.done) continue;
+    if (Transport* t = transport_for(op.peer)) t->cancel(op);
+  }
+  abort(status.message());
+  return status;
+}
+
+Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
+  for (P2P& op : ops) {
+    Transport* t = transport_for(op.peer);
+    if (t == nullptr) {
+      return fail(ops, internal_error("no transport reaches rank " + std::to_string(op.peer)));
+    }
+    op.header.step = step;
+    if (Status s = t->start(op); !s.ok()) return fail(ops, s);
+  }
+  if (aborted()) return fail(ops, abort_status());
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_progress{};
+  uint64_t idle = 0;
+  for (;;) {
+    if (ucx_) ucx_->poll();
+    bool all_done = true, progressed = false;
+    for (P2P& op : ops) {
+      if (op.done) continue;
+      const size_t before = op.moved;
+      if (Status s = transport_for(op.peer)->progress(op); !s.ok()) return fail(ops, s);
+      progressed |= op.done || op.moved != before;
+      all_done &= op.done;
+    }
+    if (all_done) return Status();
+    if (progressed) {
+      idle = 0;
+      last_progress = Clock::time_point{};
+      continue;
+    }
+    ++idle;
+    // Spin while the peers have cores of their own (a yield hands the core to whatever else is
+    // runnable for a whole time slice, which costs tens of microseconds per message); yield at
+    // once when the local ranks outnumber the cores, where spinning would starve the peer.
+    if (idle < spin_limit_) {
+      cpu_relax();
+      if (idle % 1024 != 0) continue;
+    } else {
+      sched_yield();
+      if (idle % 64 != 0) continue;
+    }
+    // Every 64 yields: aborts, dead peers, the deadline.
+    if (aborted()) return fail(ops, abort_status());
+    if (shm_) {
+      if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
+        return fail(
+            ops, Status(StatusCode::kAborted, "aborted by rank " + std::to_string(posted->first) +
+                                                  ": " + posted->second));
+      }
+    }
+    // Dead local peers matter only when an operation of this step waits for them (a peer that
+    // finished its part may exit; its messages stay in the FIFOs and are drained first). A
+    // survivor waiting on another survivor learns of the death through the posted abort.
+    update_dead_peers();
+    for (P2P& op : ops) {
+      if (op.done || !dead_[size_t(op.peer)]) continue;
+      if (Status s = transport_for(op.peer)->progress(op); !s.ok()) return fail(ops, s);
+      if (op.done) continue;
+      return fail(ops, unavailable("rank " + std::to_string(op.peer) + " (pid " +
+                                   std::to_string(pids_[size_t(op.peer)]) + ") died"));
+    }
+    if (ucx_) {
+      if (auto failed = ucx_->failed_peer()) {
+        return fail(ops, unavailable("rank " + std::to_string(failed->first) +
+                                     " is unreachable: " + failed->second));
+      }
+    }
+    const auto now = Clock::now();
+    if (last_progress == Clock::time_point{}) last_progress = now;
+    if (now - last_progress > options_.timeout) {
+      std::string waiting;
+      for (const P2P& op : ops) {
+        if (op.done) continue;
+        waiting += (waiting.empty() ? "" : ", ") +
+                   std::string(op.kind == P2P::Kind::kSend ? "send to" : "receive from") +
+                   " rank " + std::to_string(op.peer) + " (" + std::to_string(op.moved) + " of " +
+                   std::to_string(op.bytes) + " bytes)";
+      }
+      return fail(ops,
+                  deadline_exceeded("timed out after " + std::to_string(options_.timeout.count()) +
+                                    " ms waiting for " + waiting));
+    }
+    if (idle > spin_limit_ + 64 * 1024) {
+      // Long waits (a peer computing): stop burning the core the peer may need.
+      timespec pause{0, 50000};
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+void* CommImpl::scratch(size_t bytes, int slot) {
+  auto& buffer = scratch_[size_t(slot)];
+  if (scratch_bytes_[size_t(slot)] < bytes) {
+    buffer.reset(new char[bytes]);
+    scratch_bytes_[size_t(slot)] = bytes;
+  }
+  return buffer.get();
+}
+
+}  // namespace tessera::coll

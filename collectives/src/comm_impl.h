@@ -1,0 +1,161 @@
+// The communicator's machinery: membership, transports, the progress loop every algorithm step
+// runs in, liveness of local peers, the tuner, the flight recorder and the queue of operations
+// submitted on streams. Communicator (communicator.cc) validates arguments and forwards here.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algo/algo.h"
+#include "flight_recorder.h"
+#include "tessera/coll/communicator.h"
+#include "transport/shm_transport.h"
+#include "tuner.h"
+
+namespace tessera::coll {
+
+// State shared between a Work handle, the stream callback and the proxy thread.
+class WorkState {
+ public:
+  void mark_ready(Status upstream);
+  bool wait_ready(const std::atomic<bool>& aborted);
+  void finish(Status status);
+  Status wait(std::chrono::milliseconds timeout);
+  bool done();
+  hal::Event event;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  bool done_ = false;
+  Status upstream_;
+  Status status_;
+};
+
+class CommImpl {
+ public:
+  // An allgather over the ranks taking part in a creation (the parent communicator or the
+  // bootstrap's job): every one of them calls it the same number of times, in the same order.
+  using Exchange = std::function<Result<std::vector<std::string>>(std::string_view mine)>;
+
+  struct CreateArgs {
+    std::string uid;  // unique per communicator in the job, the same on every member
+    std::shared_ptr<Bootstrap> bootstrap;
+    std::optional<hal::Device> device;
+    CommOptions options;  // resolved (environment applied)
+    Exchange exchange;
+    int64_t color = 0;  // < 0: not a member (takes part in the exchanges only)
+    int64_t key = 0;
+    int world_rank = 0;
+  };
+  // Collective over the exchange's ranks. nullptr for a non-member.
+  static Result<std::unique_ptr<CommImpl>> create(CreateArgs args);
+  ~CommImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int num_hosts() const { return num_hosts_; }
+  int world_rank(int rank) const { return world_ranks_[size_t(rank)]; }
+  const std::optional<hal::Device>& device() const { return device_; }
+  const Tuner& tuner() const { return *tuner_; }
+
+  // Runs an operation now, on the calling thread, after the queued ones.
+  Status execute(const OpDesc& d);
+  // Queues an operation on a stream.
+  Result<Work> enqueue(OpDesc d, const hal::Stream& stream);
+
+  Result<std::unique_ptr<CommImpl>> split(int64_t color, int64_t key);
+
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  Status abort_status() const;
+  std::string flight_record() const { return recorder_.dump(rank_); }
+
+  // Building blocks of the hierarchical algorithms, run as operations of this communicator.
+  Status reduce_scatter_blocks(void* data, const std::vector<size_t>& counts,
+                               const std::vector<size_t>& displs, DType dtype, ReduceOp op);
+  Status allreduce_inline(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  Status allgatherv_inline(void* data, const std::vector<size_t>& counts,
+                           const std::vector<size_t>& displs, DType dtype);
+  // Every rank's bytes, in rank order (an allgather of sizes, then of the bytes).
+  Result<std::vector<std::string>> allgather_bytes(std::string_view mine);
+
+  // One algorithm step (AlgoContext::run).
+  Status run(std::span<P2P> ops, uint32_t step);
+  void* scratch(size_t bytes, int slot);
+  CommImpl* local_comm() { return local_.get(); }
+  CommImpl* cross_comm() { return cross_.get(); }
+
+ private:
+  CommImpl() = default;
+  Status setup(const CreateArgs& args, const std::vector<std::string>& cards, int my_index);
+  Status execute_now(const OpDesc& d);
+  Transport* transport_for(int peer);
+  // Marks local peers whose process exited (their pidfd became readable) in dead_.
+  void update_dead_peers();
+  Status fail(std::span<P2P> ops, Status status);
+  void proxy_main();
+  void drain();
+
+  std::string uid_;
+  std::shared_ptr<Bootstrap> bootstrap_;
+  std::optional<hal::Device> device_;
+  CommOptions options_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_hosts_ = 1;
+  std::vector<int> world_ranks_;
+  std::vector<int> host_of_;  // host index of each rank
+  std::vector<int> pids_;
+  std::vector<std::string> hosts_;  // host id of each rank
+  std::vector<int> pidfds_;         // per rank; -1 for remote ranks and this rank
+  std::vector<bool> dead_;          // per rank: its process exited
+  std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<Transport> ucx_;
+  bool force_ucx_ = false;
+  uint64_t spin_limit_ = 64;  // idle iterations spent spinning before yielding
+  std::unique_ptr<Tuner> tuner_;
+  std::unique_ptr<CommImpl> local_, cross_;
+  FlightRecorder recorder_;
+  uint64_t seq_ = 0;
+  // The tuner's last choice per operation (under exec_mutex_): same-sized loops skip the model.
+  struct ChoiceMemo {
+    size_t bytes = SIZE_MAX;
+    const AlgoInfo* info = nullptr;
+  };
+  std::array<ChoiceMemo, kNumOpKinds> choice_memo_{};
+  std::vector<uint64_t> send_seq_, recv_seq_;  // point-to-point sequence per peer
+  uint64_t split_count_ = 0;
+  std::vector<std::unique_ptr<char[]>> scratch_{2};
+  std::vector<size_t> scratch_bytes_{0, 0};
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;
+
+  // Operations queued on streams run on the proxy thread, in order.
+  struct Task {
+    OpDesc desc;
+    std::shared_ptr<WorkState> state;
+  };
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool proxy_busy_ = false;
+  bool stopping_ = false;
+  std::thread proxy_;
+  std::mutex exec_mutex_;  // one operation at a time (proxy vs. blocking callers)
+};
+
+}  // namespace tessera::coll

@@ -1,0 +1,445 @@
+// The public Communicator: argument checks with errors that name the operation and the argument,
+// then CommImpl.
+#include "tessera/coll/communicator.h"
+
+#include <atomic>
+#include <cstdint>
+
+#include "comm_impl.h"
+#include "reduce.h"
+#include "tessera/common/env.h"
+
+namespace tessera::coll {
+
+std::string_view op_name(OpKind op) {
+  switch (op) {
+    case OpKind::kAllReduce: return "allreduce";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllGather: return "allgather";
+    case OpKind::kAllGatherV: return "allgatherv";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAllToAll: return "alltoall";
+    case OpKind::kAllToAllV: return "alltoallv";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+// ---- Work ---------------------------------------------------------------------------------------
+
+Status Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return failed_precondition("Work::wait on an empty handle");
+  return state_->wait(timeout);
+}
+
+bool Work::done() const {
+  return state_ && state_->done();
+}
+
+const hal::Event& Work::event() const {
+  static const hal::Event kNone;
+  return state_ ? state_->event : kNone;
+}
+
+// ---- creation -----------------------------------------------------------------------------------
+
+namespace {
+
+Result<CommOptions> resolve(CommOptions options) {
+  if (options.timeout.count() <= 0) {
+    TSR_ASSIGN_OR_RETURN(const int64_t ms, env::get_int("TESSERA_COLL_TIMEOUT_MS", 300000));
+    if (ms <= 0) return invalid_argument("TESSERA_COLL_TIMEOUT_MS must be positive");
+    options.timeout = std::chrono::milliseconds(ms);
+  }
+  if (options.algorithms.empty()) options.algorithms = env::get("TESSERA_COLL_ALGO").value_or("");
+  if (options.transport.empty()) {
+    options.transport = env::get("TESSERA_COLL_TRANSPORT").value_or("auto");
+  }
+  if (options.transport != "auto" && options.transport != "shm" && options.transport != "ucx") {
+    return invalid_argument("TESSERA_COLL_TRANSPORT='" + options.transport +
+                            "': expected auto, shm or ucx");
+  }
+  return options;
+}
+
+std::atomic<uint64_t> world_count{0};
+
+Result<std::shared_ptr<Communicator>> create_world(std::shared_ptr<Bootstrap> bootstrap,
+                                                   std::optional<hal::Device> device,
+                                                   CommOptions options) {
+  if (!bootstrap) return invalid_argument("Communicator::create: bootstrap is null");
+  TSR_ASSIGN_OR_RETURN(options, resolve(std::move(options)));
+  CommImpl::CreateArgs args;
+  const uint64_t index = world_count++;
+  args.uid = "g" + std::to_string(bootstrap->info().generation) + "w" + std::to_string(index);
+  args.bootstrap = bootstrap;
+  args.device = std::move(device);
+  args.options = options;
+  args.world_rank = bootstrap->info().rank;
+  args.key = bootstrap->info().rank;
+  auto exchanges = std::make_shared<int>(0);
+  Bootstrap* boot = bootstrap.get();
+  const std::string uid = args.uid;
+  args.exchange = [boot, uid, exchanges](std::string_view mine) {
+    return boot->allgather("comm/" + uid + "/" + std::to_string((*exchanges)++), mine);
+  };
+  TSR_ASSIGN_OR_RETURN(std::unique_ptr<CommImpl> impl, CommImpl::create(std::move(args)));
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Communicator>> Communicator::create(std::shared_ptr<Bootstrap> bootstrap,
+                                                           CommOptions options) {
+  return create_world(std::move(bootstrap), std::nullopt, std::move(options));
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::create(std::shared_ptr<Bootstrap> bootstrap,
+                                                           const hal::Device& device,
+                                                           CommOptions options) {
+  return create_world(std::move(bootstrap), device, std::move(options));
+}
+
+Communicator::Communicator(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const {
+  return impl_->rank();
+}
+int Communicator::size() const {
+  return impl_->size();
+}
+int Communicator::local_rank() const {
+  return impl_->local_rank();
+}
+int Communicator::local_size() const {
+  return impl_->local_size();
+}
+int Communicator::num_hosts() const {
+  return impl_->num_hosts();
+}
+int Communicator::world_rank(int rank) const {
+  return impl_->world_rank(rank);
+}
+void Communicator::abort(std::string reason) {
+  impl_->abort(reason);
+}
+bool Communicator::aborted() const {
+  return impl_->aborted();
+}
+std::string Communicator::flight_record() const {
+  return impl_->flight_record();
+}
+std::string_view Communicator::algorithm_for(OpKind op, size_t bytes) const {
+  return impl_->tuner().choose(op, bytes).name;
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
+  if (impl_->aborted()) return impl_->abort_status();
+  TSR_ASSIGN_OR_RETURN(std::unique_ptr<CommImpl> child, impl_->split(color < 0 ? -1 : color, key));
+  if (!child) return std::shared_ptr<Communicator>();
+  return std::shared_ptr<Communicator>(new Communicator(std::move(child)));
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::group(std::span<const int> ranks) {
+  int position = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size()) {
+      return invalid_argument("Communicator::group: rank " + std::to_string(ranks[i]) +
+                              " at position " + std::to_string(i) + " is not in [0, " +
+                              std::to_string(size()) + ")");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (ranks[j] == ranks[i]) {
+        return invalid_argument("Communicator::group: rank " + std::to_string(ranks[i]) +
+                                " listed twice");
+      }
+    }
+    if (ranks[i] == rank()) position = int(i);
+  }
+  return split(position >= 0 ? 0 : -1, position);
+}
+
+// ---- argument checks
+// ------------------------------------------------------------------------------
+
+namespace {
+
+OpDesc desc(OpKind kind, const void* send = nullptr, void* recv = nullptr, size_t count = 0,
+            DType dtype = DType::kU8, ReduceOp op = ReduceOp::kSum, int root = 0) {
+  OpDesc d;
+  d.kind = kind;
+  d.send = send;
+  d.recv = recv;
+  d.count = count;
+  d.dtype = dtype;
+  d.op = op;
+  d.root = root;
+  return d;
+}
+
+Status check_buffer(const char* op, const char* name, const void* p, size_t count) {
+  if (p == nullptr && count > 0) {
+    return invalid_argument(std::string(op) + ": " + name + " is null (count " +
+                            std::to_string(count) + ")");
+  }
+  return Status();
+}
+
+Status check_rank(const char* op, const char* name, int r, int size) {
+  if (r < 0 || r >= size) {
+    return invalid_argument(std::string(op) + ": " + name + " " + std::to_string(r) +
+                            " is not a rank of this communicator (size " + std::to_string(size) +
+                            ")");
+  }
+  return Status();
+}
+
+Status check_dtype(const char* op, DType dtype, ReduceOp rop, bool reduces) {
+  if (int32_t(dtype) < 0 || int32_t(dtype) >= TSR_DTYPE_COUNT) {
+    return invalid_argument(std::string(op) + ": dtype " + std::to_string(int32_t(dtype)) +
+                            " is not a tessera dtype");
+  }
+  if (reduces && (int32_t(rop) < 0 || int32_t(rop) >= TSR_REDUCE_OP_COUNT)) {
+    return invalid_argument(std::string(op) + ": reduction " + std::to_string(int32_t(rop)) +
+                            " is not a tessera reduction");
+  }
+  return Status();
+}
+
+}  // namespace
+
+#define TSR_CHECK_COMM(opname)                          \
+  do {                                                  \
+    if (impl_->aborted()) return impl_->abort_status(); \
+  } while (0)
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
+                               ReduceOp op) {
+  TSR_CHECK_COMM("allreduce");
+  TSR_RETURN_IF_ERROR(check_dtype("allreduce", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "recv", recv, count));
+  OpDesc d = desc(OpKind::kAllReduce, send, recv, count, dtype, op);
+  return impl_->execute(d);
+}
+
+Status Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                            int root) {
+  TSR_CHECK_COMM("reduce");
+  TSR_RETURN_IF_ERROR(check_dtype("reduce", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_rank("reduce", "root", root, size()));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce", "send", send, count));
+  if (rank() == root) TSR_RETURN_IF_ERROR(check_buffer("reduce", "recv", recv, count));
+  OpDesc d = desc(OpKind::kReduce, send, recv, count, dtype, op, root);
+  return impl_->execute(d);
+}
+
+Status Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TSR_CHECK_COMM("broadcast");
+  TSR_RETURN_IF_ERROR(check_dtype("broadcast", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("broadcast", "root", root, size()));
+  if (rank() == root) TSR_RETURN_IF_ERROR(check_buffer("broadcast", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("broadcast", "recv", recv, count));
+  OpDesc d = desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  return impl_->execute(d);
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t count, DType dtype) {
+  TSR_CHECK_COMM("allgather");
+  TSR_RETURN_IF_ERROR(check_dtype("allgather", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_buffer("allgather", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("allgather", "recv", recv, count));
+  OpDesc d = desc(OpKind::kAllGather, send, recv, count, dtype);
+  return impl_->execute(d);
+}
+
+Status Communicator::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
+                                std::span<const size_t> displs, DType dtype) {
+  TSR_CHECK_COMM("allgatherv");
+  TSR_RETURN_IF_ERROR(check_dtype("allgatherv", dtype, ReduceOp::kSum, false));
+  if (counts.size() != size_t(size()) || displs.size() != size_t(size())) {
+    return invalid_argument("allgatherv: counts and displs need " + std::to_string(size()) +
+                            " entries (got " + std::to_string(counts.size()) + " and " +
+                            std::to_string(displs.size()) + ")");
+  }
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  TSR_RETURN_IF_ERROR(check_buffer("allgatherv", "send", send, counts[size_t(rank())]));
+  TSR_RETURN_IF_ERROR(check_buffer("allgatherv", "recv", recv, total));
+  OpDesc d = desc(OpKind::kAllGatherV, send, recv, total, dtype);
+  d.counts.assign(counts.begin(), counts.end());
+  d.displs.assign(displs.begin(), displs.end());
+  return impl_->execute(d);
+}
+
+Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                    ReduceOp op) {
+  TSR_CHECK_COMM("reduce_scatter");
+  TSR_RETURN_IF_ERROR(check_dtype("reduce_scatter", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "send", send, recv_count));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "recv", recv, recv_count));
+  OpDesc d = desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op);
+  return impl_->execute(d);
+}
+
+Status Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype) {
+  TSR_CHECK_COMM("alltoall");
+  TSR_RETURN_IF_ERROR(check_dtype("alltoall", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "recv", recv, count));
+  OpDesc d = desc(OpKind::kAllToAll, send, recv, count, dtype);
+  return impl_->execute(d);
+}
+
+Status Communicator::alltoallv(const void* send, std::span<const size_t> send_counts,
+                               std::span<const size_t> send_displs, void* recv,
+                               std::span<const size_t> recv_counts,
+                               std::span<const size_t> recv_displs, DType dtype) {
+  TSR_CHECK_COMM("alltoallv");
+  TSR_RETURN_IF_ERROR(check_dtype("alltoallv", dtype, ReduceOp::kSum, false));
+  const size_t n = size_t(size());
+  if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
+      recv_displs.size() != n) {
+    return invalid_argument("alltoallv: counts and displacements need " + std::to_string(n) +
+                            " entries each");
+  }
+  size_t sent = 0, received = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sent += send_counts[i];
+    received += recv_counts[i];
+  }
+  TSR_RETURN_IF_ERROR(check_buffer("alltoallv", "send", send, sent));
+  TSR_RETURN_IF_ERROR(check_buffer("alltoallv", "recv", recv, received));
+  // The header's count must agree on every rank: the total moved by the whole communicator is
+  // not known locally, so alltoallv stamps 0 and each pairwise message is checked by its size.
+  OpDesc d = desc(OpKind::kAllToAllV, send, recv, 0, dtype);
+  d.counts.assign(send_counts.begin(), send_counts.end());
+  d.displs.assign(send_displs.begin(), send_displs.end());
+  d.recv_counts.assign(recv_counts.begin(), recv_counts.end());
+  d.recv_displs.assign(recv_displs.begin(), recv_displs.end());
+  return impl_->execute(d);
+}
+
+Status Communicator::send(const void* buf, size_t count, DType dtype, int peer) {
+  TSR_CHECK_COMM("send");
+  TSR_RETURN_IF_ERROR(check_dtype("send", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("send", "peer", peer, size()));
+  if (peer == rank()) return invalid_argument("send: peer is this rank");
+  TSR_RETURN_IF_ERROR(check_buffer("send", "buf", buf, count));
+  OpDesc d = desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer);
+  return impl_->execute(d);
+}
+
+Status Communicator::recv(void* buf, size_t count, DType dtype, int peer) {
+  TSR_CHECK_COMM("recv");
+  TSR_RETURN_IF_ERROR(check_dtype("recv", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("recv", "peer", peer, size()));
+  if (peer == rank()) return invalid_argument("recv: peer is this rank");
+  TSR_RETURN_IF_ERROR(check_buffer("recv", "buf", buf, count));
+  OpDesc d = desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer);
+  return impl_->execute(d);
+}
+
+Status Communicator::barrier() {
+  TSR_CHECK_COMM("barrier");
+  OpDesc d = desc(OpKind::kBarrier);
+  return impl_->execute(d);
+}
+
+// ---- on a stream
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+Status check_stream(const char* op, const CommImpl& impl, const hal::Stream& stream) {
+  if (stream.handle() == nullptr) return invalid_argument(std::string(op) + ": stream is empty");
+  const auto& device = impl.device();
+  if (device && (stream.backend() != device->backend() || stream.device() != device->index())) {
+    return invalid_argument(std::string(op) + ": stream belongs to device " +
+                            stream.backend()->name() + ":" + std::to_string(stream.device()) +
+                            " but this communicator uses " + device->id());
+  }
+  return Status();
+}
+
+}  // namespace
+
+#define TSR_ENQUEUE(opname, desc)                              \
+  do {                                                         \
+    TSR_CHECK_COMM(opname);                                    \
+    TSR_RETURN_IF_ERROR(check_stream(opname, *impl_, stream)); \
+    return impl_->enqueue(desc, stream);                       \
+  } while (0)
+
+Result<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
+                                     ReduceOp op, const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("allreduce", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "recv", recv, count));
+  TSR_ENQUEUE("allreduce", desc(OpKind::kAllReduce, send, recv, count, dtype, op));
+}
+
+Result<Work> Communicator::reduce(const void* send, void* recv, size_t count, DType dtype,
+                                  ReduceOp op, int root, const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("reduce", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_rank("reduce", "root", root, size()));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce", "send", send, count));
+  TSR_ENQUEUE("reduce", desc(OpKind::kReduce, send, recv, count, dtype, op, root));
+}
+
+Result<Work> Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
+                                     int root, const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("broadcast", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("broadcast", "root", root, size()));
+  TSR_RETURN_IF_ERROR(check_buffer("broadcast", "recv", recv, count));
+  TSR_ENQUEUE("broadcast",
+              desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
+}
+
+Result<Work> Communicator::allgather(const void* send, void* recv, size_t count, DType dtype,
+                                     const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("allgather", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_buffer("allgather", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("allgather", "recv", recv, count));
+  TSR_ENQUEUE("allgather", desc(OpKind::kAllGather, send, recv, count, dtype));
+}
+
+Result<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                          DType dtype, ReduceOp op, const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("reduce_scatter", dtype, op, true));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "send", send, recv_count));
+  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "recv", recv, recv_count));
+  TSR_ENQUEUE("reduce_scatter", desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op));
+}
+
+Result<Work> Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype,
+                                    const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("alltoall", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "send", send, count));
+  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "recv", recv, count));
+  TSR_ENQUEUE("alltoall", desc(OpKind::kAllToAll, send, recv, count, dtype));
+}
+
+Result<Work> Communicator::send(const void* buf, size_t count, DType dtype, int peer,
+                                const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("send", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("send", "peer", peer, size()));
+  if (peer == rank()) return invalid_argument("send: peer is this rank");
+  TSR_RETURN_IF_ERROR(check_buffer("send", "buf", buf, count));
+  TSR_ENQUEUE("send", desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer));
+}
+
+Result<Work> Communicator::recv(void* buf, size_t count, DType dtype, int peer,
+                                const hal::Stream& stream) {
+  TSR_RETURN_IF_ERROR(check_dtype("recv", dtype, ReduceOp::kSum, false));
+  TSR_RETURN_IF_ERROR(check_rank("recv", "peer", peer, size()));
+  if (peer == rank()) return invalid_argument("recv: peer is this rank");
+  TSR_RETURN_IF_ERROR(check_buffer("recv", "buf", buf, count));
+  TSR_ENQUEUE("recv", desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer));
+}
+
+}  // namespace tessera::coll

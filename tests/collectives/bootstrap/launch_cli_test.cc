@@ -1,0 +1,157 @@
+// `tessera launch` as a user runs it: rank prefixes, the environment, device slices, the exit
+// code and prompt stop when a rank fails, signal forwarding, restarts, and a real bootstrap
+// through the store the launcher hosts. Runs the built binary (TESSERA_BIN).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cli_run.h"
+
+namespace {
+
+using tessera::testing::CliRun;
+
+CliRun launch(const std::string& args) {
+  return tessera::testing::run_cli(TESSERA_BIN, "launch", args);
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(LaunchCli, PrefixesEveryLineOfEveryRankOnTheSameStream) {
+  const CliRun r = launch(
+      "-n 3 -- sh -c 'echo hello from $RANK of $WORLD_SIZE; echo oops $RANK >&2; printf "
+      "tail$RANK'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string tag = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_TRUE(has(r.out, tag + "hello from " + std::to_string(rank) + " of 3\n")) << r.out;
+    EXPECT_TRUE(has(r.out, tag + "tail" + std::to_string(rank) + "\n")) << r.out;  // partial line
+    EXPECT_TRUE(has(r.err, tag + "oops " + std::to_string(rank) + "\n")) << r.err;
+  }
+  const CliRun plain = launch("--no-tag-output -n 2 -- sh -c 'echo plain'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out, "plain\nplain\n");
+}
+
+TEST(LaunchCli, GivesEachRankTheTorchrunStyleEnvironment) {
+  const CliRun r = launch(
+      "-n 2 -- sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+      "$TESSERA_LAUNCHER $TESSERA_STORE_HOSTED $TESSERA_GENERATION; test -n \"$MASTER_PORT\"'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "[rank 0] 0 2 0 2 127.0.0.1 tessera 1 0\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 1] 1 2 1 2 127.0.0.1 tessera 1 0\n")) << r.out;
+}
+
+TEST(LaunchCli, DevicesPerRankGivesEachRankItsSlice) {
+  const CliRun r = launch(
+      "-n 2 --devices-per-rank 2 -- sh -c "
+      "'echo $TESSERA_HOST_DEVICES $CUDA_VISIBLE_DEVICES $HIP_VISIBLE_DEVICES $ZE_AFFINITY_MASK'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "[rank 0] 2 0,1 0,1 0,1\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 1] 2 2,3 2,3 2,3\n")) << r.out;
+  const CliRun sliced = tessera::testing::run_cli(
+      "CUDA_VISIBLE_DEVICES=4,5,6,7 " + std::string(TESSERA_BIN), "launch",
+      "-n 2 --devices-per-rank 2 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'");
+  ASSERT_EQ(sliced.code, 0) << sliced.err;
+  EXPECT_TRUE(has(sliced.out, "[rank 1] 6,7\n")) << sliced.out;
+  const CliRun short_list =
+      tessera::testing::run_cli("CUDA_VISIBLE_DEVICES=0,1 " + std::string(TESSERA_BIN), "launch",
+                                "-n 2 --devices-per-rank 2 -- true");
+  EXPECT_EQ(short_list.code, 2) << short_list.err;
+  EXPECT_TRUE(has(short_list.err, "CUDA_VISIBLE_DEVICES='0,1'")) << short_list.err;
+}
+
+TEST(LaunchCli, AFailingRankSetsTheExitCodeAndTheOthersAreStoppedPromptly) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun r = launch("-n 3 -- sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 60'");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 1 exited with code 3")) << r.err;
+  EXPECT_LT(took, std::chrono::seconds(10)) << "the sleeping ranks were not stopped";
+}
+
+TEST(LaunchCli, ARankKilledByASignalIsReportedAs128PlusTheSignal) {
+  const CliRun r = launch("-n 2 -- sh -c 'if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60'");
+  EXPECT_EQ(r.code, 128 + 9) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 0 killed by signal 9")) << r.err;
+}
+
+TEST(LaunchCli, AllRanksSucceedingExitsZeroAndAMissingCommandExits127) {
+  EXPECT_EQ(launch("-n 4 -- true").code, 0);
+  const CliRun missing = launch("-n 2 -- /nonexistent/program");
+  EXPECT_EQ(missing.code, 127);
+  EXPECT_TRUE(has(missing.err, "/nonexistent/program")) << missing.err;
+  EXPECT_EQ(launch("-n 0 -- true").code, 2);
+}
+
+TEST(LaunchCli, TimeoutStopsTheJobWith124) {
+  const CliRun r = launch("-n 2 --timeout-s 1 -- sleep 60");
+  EXPECT_EQ(r.code, 124) << r.err;
+  EXPECT_TRUE(has(r.err, "--timeout-s 1")) << r.err;
+}
+
+TEST(LaunchCli, MaxRestartsRestartsAFailedRankWithTheNextGeneration) {
+  const CliRun r = launch(
+      "-n 2 --max-restarts 1 -- sh -c "
+      "'if [ $RANK = 1 ] && [ $TESSERA_GENERATION = 0 ]; then exit 5; fi; echo gen "
+      "$TESSERA_GENERATION'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "[rank 1] gen 1\n")) << r.out;
+  EXPECT_TRUE(has(r.err, "restarting it")) << r.err;
+}
+
+TEST(LaunchCli, RanksBootstrapThroughTheStoreTheLauncherHosts) {
+  const CliRun r = launch("-n 4 -- " + std::string(TESSERA_BOOTSTRAP_PROBE));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(has(r.out, "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) +
+                               " of 4 (tessera): 0,1,2,3\n"))
+        << r.out;
+  }
+}
+
+TEST(LaunchCli, ForwardsSigtermToEveryRank) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
+    execl(TESSERA_BIN, TESSERA_BIN, "launch", "-n", "3", "--", "sh", "-c",
+          "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (count(text, "ready") < 3 && (n = read(out[0], buf, sizeof buf)) > 0) text.append(buf, n);
+  ASSERT_EQ(count(text, "ready"), 3) << text;
+  kill(pid, SIGTERM);
+  while ((n = read(out[0], buf, sizeof buf)) > 0) text.append(buf, n);
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_EQ(count(text, "got TERM"), 3) << text;
+}
+
+}  // namespace

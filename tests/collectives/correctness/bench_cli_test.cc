@@ -1,0 +1,64 @@
+// `tessera bench coll` as a user runs it, under `tessera launch`: checked runs of every operation
+// report zero wrong elements, the table has one row per size, --json is one object, bad options
+// exit 2 with one line.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+
+namespace {
+
+using tessera::testing::run_cli;
+
+std::string launched(int nranks, const std::string& bench_args) {
+  return "-n " + std::to_string(nranks) + " --no-tag-output -- " TESSERA_BIN " bench coll " +
+         bench_args;
+}
+
+TEST(BenchColl, CheckedRunsOfEveryOperationFindNoWrongElements) {
+  for (const char* op : {"allreduce", "reduce", "broadcast", "allgather", "reduce_scatter",
+                         "alltoall", "sendrecv"}) {
+    auto r = run_cli(TESSERA_BIN, "launch",
+                     launched(3, std::string("-o ") + op +
+                                     " -d bf16 -r max --root 2 -b 4 -e 40K "
+                                     "-f 10 -n 2 -w 1 -c 1"));
+    EXPECT_EQ(r.code, 0) << op << ": " << r.err;
+    EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << op << r.out;
+    int rows = 0;
+    for (size_t at = 0; (at = r.out.find("\n ", at)) != std::string::npos; ++at) ++rows;
+    EXPECT_EQ(rows, 5) << op << ": one row per size 4, 40, 400, 4000, 40000\n" << r.out;
+  }
+}
+
+TEST(BenchColl, JsonHasOneRowPerSizeWithBothPlacements) {
+  auto r = run_cli(TESSERA_BIN, "launch",
+                   launched(2,
+                            "-o reduce_scatter -d half -r avg -b 1K -e 64K -f 8 -n 2 -w 1 "
+                            "--json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["op"], "reduce_scatter");
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_EQ(j["wrong"], 0);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  for (const auto& row : j["rows"]) {
+    EXPECT_EQ(row["out_of_place"]["wrong"], 0);
+    EXPECT_EQ(row["in_place"]["wrong"], 0);
+    EXPECT_GT(row["out_of_place"]["time_us"].get<double>(), 0);
+  }
+}
+
+TEST(BenchColl, BadOptionsExitTwoWithOneLine) {
+  auto r = run_cli(TESSERA_BIN, "bench", "coll -o sum");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-r here"), std::string::npos) << r.err;
+  r = run_cli(TESSERA_BIN, "bench", "coll -b 1X");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-b '1X'"), std::string::npos) << r.err;
+}
+
+}  // namespace

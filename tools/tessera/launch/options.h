@@ -1,0 +1,38 @@
+// `tessera launch`: what the user asked for, and the environment each rank gets.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tessera/common/status.h"
+
+namespace tessera::tools::launch {
+
+struct LaunchOptions {
+  int nprocs = 1;
+  int devices_per_rank = 0;  // 0: leave TESSERA_HOST_DEVICES and *_VISIBLE_DEVICES alone
+  int timeout_s = 0;         // wall-clock limit of the whole job; 0: none
+  bool tag_output = true;    // prefix each line with "[rank R] "
+  int max_restarts = 0;      // restarts of failed ranks allowed in the whole job
+  std::chrono::milliseconds grace{3000};  // SIGTERM, then SIGKILL after this
+  // "core": each rank bound to its own share of the launcher's CPUs (as mpirun --bind-to core);
+  // "none"; "auto": core when there are at least as many CPUs as ranks, else none.
+  std::string bind_to = "auto";
+  std::vector<std::string> command;  // program and arguments
+};
+
+// The environment of local rank `rank`: `base` ("NAME=value" entries, the launcher's own) with
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TESSERA_LAUNCHER,
+// TESSERA_STORE_HOSTED, TESSERA_GENERATION and, with devices_per_rank K, TESSERA_HOST_DEVICES=K
+// and the rank's K-wide slice of CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and
+// ZE_AFFINITY_MASK: a slice of the list already in `base` when set there, else of 0,1,2,...
+// An error names a device list too short for nprocs * K.
+Result<std::vector<std::string>> rank_environment(const LaunchOptions& options, int rank,
+                                                  int store_port, int generation,
+                                                  const std::vector<std::string>& base);
+
+// `program` itself when it contains '/', else the first executable of that name on PATH.
+Result<std::string> resolve_program(const std::string& program);
+
+}  // namespace tessera::tools::launch

@@ -1,0 +1,16 @@
+// Runs a `tessera launch` job: hosts the TCP store, starts the ranks in their own process
+// groups, relays their output with a "[rank R] " prefix, forwards SIGINT/SIGTERM, and stops the
+// whole job when one rank fails. Not thread-safe; call once per process (it installs signal
+// handlers for SIGINT, SIGTERM and SIGCHLD and ignores SIGPIPE while it runs).
+#pragma once
+
+#include "options.h"
+
+namespace tessera::tools::launch {
+
+// Returns the launcher's exit code: 0 when every rank exited 0; else the first failed rank's
+// exit code, or 128 + signal for a rank killed by a signal or a signal the launcher forwarded,
+// 124 when --timeout-s passed, 127 when the command cannot be started.
+int run_job(const LaunchOptions& options);
+
+}  // namespace tessera::tools::launch

@@ -1,0 +1,51 @@
+// `tessera launch -n N [--devices-per-rank K] [--timeout-s S] [--max-restarts R]
+//  [--tag-output|--no-tag-output] -- CMD ARGS...`: starts N local ranks of CMD with the
+// torchrun-style environment, hosts their TCP store, relays their output prefixed by
+// "[rank R] ", forwards SIGINT/SIGTERM, and stops the job when a rank fails (docs/LAUNCH.md).
+// Exit status: 0 when every rank succeeded, else the failed rank's code (128 + signal when it
+// was killed), 124 for --timeout-s, 127 when CMD cannot be found, 2 for bad options.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "launch/supervisor.h"
+
+namespace tessera::tools {
+
+void add_launch_command(CLI::App& app) {
+  auto o = std::make_shared<launch::LaunchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "launch", "Start N local ranks of a command (multi-host: mpirun or srun, docs/LAUNCH.md)");
+  cmd->add_option("-n,--nprocs", o->nprocs, "Number of ranks")->required();
+  cmd->add_option("--devices-per-rank", o->devices_per_rank,
+                  "Devices per rank: sets TESSERA_HOST_DEVICES and each rank's slice of "
+                  "CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ZE_AFFINITY_MASK");
+  cmd->add_option("--timeout-s", o->timeout_s,
+                  "Stop the whole job after this many seconds (exit 124); 0 = no limit");
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "Restart a failed rank (same RANK, TESSERA_GENERATION+1) up to this many times "
+                  "in the whole job");
+  cmd->add_option("--bind-to", o->bind_to,
+                  "core: bind each rank to its own share of the CPUs (spinning collectives then "
+                  "never wait for a descheduled peer); none; auto (default): core when there "
+                  "are at least as many CPUs as ranks")
+      ->check(CLI::IsMember({"auto", "core", "none"}));
+  cmd->add_flag("--tag-output,!--no-tag-output", o->tag_output,
+                "Prefix each output line with [rank R] (default on)");
+  cmd->add_option("command", o->command, "The command each rank runs, after --")->required();
+  cmd->callback([o] {
+    auto fail = [](const std::string& message) {
+      std::fprintf(stderr, "tessera launch: %s\n", message.c_str());
+      throw CLI::RuntimeError(2);
+    };
+    if (o->nprocs < 1 || o->nprocs > 4096) fail("-n must be in 1..4096");
+    if (o->devices_per_rank < 0) fail("--devices-per-rank must not be negative");
+    if (o->timeout_s < 0) fail("--timeout-s must not be negative");
+    if (o->max_restarts < 0) fail("--max-restarts must not be negative");
+    const int code = launch::run_job(*o);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace tessera::tools
