@@ -1,0 +1,190 @@
+// GradSync: bucketed gradient synchronisation that overlaps with the backward pass.
+//
+//   auto sync = GradSync::create(world, device, options).value();
+//   for (auto& p : params) sync->add_parameter(p.name, p.data, p.grad, p.count, DType::kF32);
+//   // each step, as backward produces gradient i (last layer first):
+//   sync->mark_ready(i, compute_stream);          // or mark_ready(i, event), mark_unused(i)
+//   StepStats stats = sync->finish().value();     // every bucket reduced; grads hold the result
+//
+// Parameters are grouped into buckets in reverse registration order (the order backward produces
+// them). A bucket whose gradients are all marked is launched on the engine's communication
+// stream, waiting only for the events of its own gradients; buckets launch in index order on
+// every rank, so the collectives match across ranks whatever order the marks come in.
+//
+// Modes: kAllReduce (data parallel: every rank gets the reduced gradient in its grad buffers) and
+// kShardedOptimizer (ZeRO-1/2: each bucket is reduce-scattered, each rank owns one shard of it and
+// runs the optimizer on its shard only (shard_segments()); gather_parameters() then all-gathers
+// the updated parameters, first layers first).
+//
+// Thread-safety: a GradSync is used by one thread (the trainer's), like its communicator, which
+// it must not share with other threads while a step is in flight. Buffers: device memory whose
+// host can address it (the host backend), or host memory, as the communicator requires.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/coll/communicator.h"
+#include "tessera/common/status.h"
+#include "tessera/hal/platform.h"
+#include "tessera/hal/stream.h"
+
+namespace tessera::overlap {
+
+using hal::DType;
+
+enum class SyncMode {
+  kAllReduce,         // plain data parallel
+  kShardedOptimizer,  // ZeRO-1/2: reduce-scatter + parameter all-gather after the optimizer
+};
+
+enum class Reduction { kAverage, kSum };
+
+enum class CodecKind {
+  kNone,      // the gradient as it is
+  kBf16,      // bf16 on the wire (f32 buckets): cast, allreduce, cast back
+  kTopK,      // the k largest |g| per bucket, indices + values by all-gather, error feedback
+  kPowerSgd,  // rank-r PowerSGD per bucket, error feedback, warm-started Q
+};
+std::string_view codec_name(CodecKind kind);  // "none", "bf16", "topk", "powersgd"
+
+struct CodecOptions {
+  CodecKind kind = CodecKind::kNone;
+  double topk_ratio = 0.01;    // fraction of a bucket's elements sent by top-k, in (0, 1]
+  int powersgd_rank = 4;       // r of PowerSGD, >= 1
+  bool error_feedback = true;  // top-k and PowerSGD keep what they did not send, per rank
+  uint64_t seed = 1;           // PowerSGD's initial Q (the same on every rank)
+};
+
+struct GradSyncOptions {
+  SyncMode mode = SyncMode::kAllReduce;
+  Reduction reduction = Reduction::kAverage;
+  // Bucket capacity in bytes. 0: TESSERA_BUCKET_MB, else the alpha-beta rule of
+  // default_bucket_bytes(). A parameter larger than a bucket gets a bucket of its own.
+  size_t bucket_bytes = 0;
+  // Codecs apply to f32 buckets in kAllReduce mode; other dtypes travel uncompressed.
+  CodecOptions codec;
+  // finish() with gradients neither marked ready nor unused: false (default) fails naming them
+  // and aborts the communicator (so peers fail at once instead of at their timeout); true treats
+  // them as unused (zero contribution), the rule for models with parameters a step may skip.
+  bool zero_fill_unmarked = false;
+  // Bound on each wait of finish() and wait_parameters(). 0: 300 s.
+  std::chrono::milliseconds timeout{0};
+  // Chrome trace file ("" : TESSERA_TRACE; still empty: no trace). Rank r writes <stem>.rank<r>
+  // <ext>, e.g. trace.json -> trace.rank0.json.
+  std::string trace_path;
+};
+
+// Counters of one step, from finish().
+struct StepStats {
+  uint64_t step = 0;
+  size_t buckets = 0;
+  size_t payload_bytes = 0;    // gradient bytes reduced (all buckets)
+  size_t wire_bytes = 0;       // bytes this rank handed to the collectives (after the codec)
+  size_t unused_params = 0;    // marked unused, or zero-filled by finish()
+  double step_seconds = 0;     // first mark of the step to the return of finish()
+  double comm_seconds = 0;     // communication stream busy time: waits done to bucket done
+  double exposed_seconds = 0;  // finish() waiting after compute and the trainer were done
+  double overlap_ratio = 1;    // 1 - exposed / comm, in [0, 1] (1 when nothing was sent)
+};
+
+// One contiguous piece of this rank's optimizer shard (kShardedOptimizer): `count` elements of
+// parameter `param` from element `param_offset`; `grad` points at the reduced gradient (engine
+// memory, valid after finish() until the next step), `data` into the parameter itself.
+struct ShardSegment {
+  int param = 0;
+  size_t param_offset = 0;
+  size_t count = 0;
+  void* grad = nullptr;
+  void* data = nullptr;
+};
+
+// What a bucket holds (for tests, tools and traces).
+struct BucketInfo {
+  std::vector<int> params;  // in bucket order (reverse registration order)
+  DType dtype = DType::kF32;
+  size_t count = 0;  // elements
+  size_t bytes = 0;
+};
+
+// The bucket size the alpha-beta rule picks for `comm` (TESSERA_BUCKET_MB overrides): large
+// enough that per-message latency plus the engine's per-bucket cost stay under 10% of a ring
+// allreduce of the bucket, clamped to [1 MiB, 64 MiB].
+size_t default_bucket_bytes(const coll::Communicator& comm);
+
+class GradSync {
+ public:
+  // The engine's streams are created on `device`. Fails on bad options (naming the field).
+  static Result<std::unique_ptr<GradSync>> create(std::shared_ptr<coll::Communicator> comm,
+                                                  const hal::Device& device,
+                                                  GradSyncOptions options = {});
+  ~GradSync();  // waits for queued work (errors are logged)
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // ---- registration (before the first mark) ---------------------------------------------
+  // Registers a parameter and its gradient (`count` elements of `dtype` each); returns its index.
+  // `data` may be null in kAllReduce mode. Errors: null grad, count 0, a buffer not aligned to
+  // the element size, a buffer overlapping another registered one (both named), a duplicate
+  // name, or registration after the first mark.
+  Result<int> add_parameter(std::string name, void* data, void* grad, size_t count, DType dtype);
+
+  // ---- one step ------------------------------------------------------------------------------
+  // Gradient `param` is ready once `ready` completes (an event recorded on the compute stream).
+  // The event is relayed at once, so the trainer may re-record it right after this call.
+  Status mark_ready(int param, const hal::Event& ready);
+  // Gradient `param` is ready after the work queued so far on `compute`.
+  Status mark_ready(int param, const hal::Stream& compute);
+  // `param` took no part in this step: it contributes zeros (its grad buffer still receives the
+  // reduced value of the other ranks in kAllReduce mode).
+  Status mark_unused(int param);
+  // Waits for every bucket of the step and returns its counters. Errors name the parameter,
+  // bucket or rank; after a communication failure the engine only returns errors.
+  Result<StepStats> finish();
+
+  // ---- kShardedOptimizer ------------------------------------------------------------------
+  // This rank's share of every bucket, mapped back to parameters.
+  const std::vector<ShardSegment>& shard_segments() const;
+  size_t shard_elements() const;  // total elements of this rank's shard
+  // All-gathers the parameters (each rank contributes its shard's `data`), first layers first,
+  // on the communication stream after the work queued so far on `optimizer` (null: the
+  // optimizer ran on the host and is done). Returns at once.
+  Status gather_parameters(const hal::Stream* optimizer = nullptr);
+  // `compute` waits until parameter `param` is gathered (the next forward's first layers can
+  // start while the rest still moves).
+  Status wait_parameter(int param, const hal::Stream& compute);
+  // Blocks until every gathered parameter is in place.
+  Status wait_parameters();
+
+  // ---- codec state (error feedback, PowerSGD's Q) for the checkpointer --------------------
+  // A versioned byte string; set_codec_state refuses one from another layout, naming the field.
+  // Between steps only; collective when called before the first mark (see buckets()).
+  Result<std::vector<uint8_t>> codec_state();
+  Status set_codec_state(std::span<const uint8_t> bytes);
+
+  // ---- traces ------------------------------------------------------------------------------
+  // A compute span on `stream` named `name`, from the work queued before begin to the work
+  // queued before end; no-ops when tracing is off.
+  Status trace_compute_begin(const hal::Stream& stream, std::string name);
+  Status trace_compute_end(const hal::Stream& stream);
+
+  // The buckets. Forms them if no mark did yet, which checks the layout with one allgather: the
+  // first call is then collective (every rank calls it), like the first mark.
+  const std::vector<BucketInfo>& buckets();
+  size_t bucket_bytes() const;
+  const GradSyncOptions& options() const;
+  uint64_t steps_done() const;
+
+  struct Impl;
+
+ private:
+  explicit GradSync(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::overlap

@@ -1,0 +1,110 @@
+// GradSync's state, shared by grad_sync.cc (registration, steps), buckets.cc (layout) and
+// zero.cc (shards and the parameter all-gather). Internal.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec.h"
+#include "tessera/overlap/grad_sync.h"
+#include "trace.h"
+
+namespace tessera::overlap {
+
+enum class Mark : uint8_t { kNone, kReady, kUnused };
+
+struct Param {
+  std::string name;
+  void* data = nullptr;
+  void* grad = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kF32;
+  size_t bytes = 0;
+  int bucket = -1;
+  size_t offset = 0;  // elements from the start of its bucket
+  hal::Event ready;   // the engine's own: relays the trainer's event or marks its stream
+  Mark mark = Mark::kNone;
+};
+
+struct Bucket {
+  BucketInfo info;
+  size_t shard = 0;        // kShardedOptimizer: elements per rank (count padded to world * shard)
+  hal::DeviceBuffer flat;  // gradients in, reduced out (and the gathered parameters in ZeRO)
+  // Set when the bucket's gradients are adjacent in memory and the reduction is elementwise
+  // (allreduce mode, no codec or bf16): the bucket is reduced where it lies, with no copies.
+  void* in_place = nullptr;
+  hal::DeviceBuffer reduced_shard;  // kShardedOptimizer: this rank's reduced gradient shard
+  std::unique_ptr<Codec> codec;
+  int pending = 0;  // gradients not yet marked this step
+  bool launched = false;
+  std::vector<coll::Work> works;
+  std::string algorithm;
+  BucketTimes times;
+  hal::Event gathered;  // kShardedOptimizer: recorded after the parameter all-gather
+  std::vector<coll::Work> gather_works;
+};
+
+struct GradSync::Impl {
+  std::shared_ptr<coll::Communicator> comm;
+  hal::Device device;
+  GradSyncOptions options;
+  std::chrono::milliseconds timeout{300000};
+  size_t bucket_bytes = 0;
+  hal::Stream comm_stream;   // every bucket's copies, codec steps and collectives, in order
+  hal::Stream relay_stream;  // waits on trainer events and records the engine's own
+  std::shared_ptr<Trace> trace;
+
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::vector<BucketInfo> bucket_infos;
+  bool built = false;
+  std::vector<ShardSegment> segments;
+  size_t shard_elements = 0;
+
+  // The current step.
+  uint64_t step = 0;
+  bool in_step = false;
+  int next_launch = 0;
+  Clock::time_point step_start;
+  Status failure;  // sticky: set when a step failed past recovery
+
+  // Errors of host callbacks on the communication stream (guarded).
+  std::mutex callback_mutex;
+  Status callback_error;
+
+  // Open compute spans per stream (trace only). Shared with the callbacks on the trainer's
+  // streams, which may run after the engine is gone.
+  struct SpanBook {
+    std::mutex mutex;
+    std::map<tsr_stream, std::vector<std::pair<std::string, Clock::time_point>>> open;
+    std::shared_ptr<Trace> trace;
+  };
+  std::shared_ptr<SpanBook> spans = std::make_shared<SpanBook>();
+
+  explicit Impl(const hal::Device& d) : device(d) {}
+
+  int rank() const { return comm->rank(); }
+  int world() const { return comm->size(); }
+
+  // buckets.cc: checks the registration of a new parameter against the others.
+  Status check_new_param(const std::string& name, const void* data, const void* grad, size_t count,
+                         DType dtype) const;
+  // buckets.cc: forms the buckets, allocates their buffers, checks the layout agrees on every
+  // rank (one blocking allgather), and maps the shards.
+  Status build();
+  void* adjacent_gradients(const Bucket& b) const;
+  // grad_sync.cc
+  Status host(std::function<void()> fn);
+  Status launch(int bucket);
+  Status launch_ready_buckets();
+  Status check_usable() const;
+  Status fail_step(Status status, bool abort_comm);
+  Status wait_works(std::vector<coll::Work>& works, const std::string& what);
+  void record_callback_error(Status status);
+};
+
+}  // namespace tessera::overlap
