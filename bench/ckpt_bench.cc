@@ -1,0 +1,361 @@
+// ckpt_bench: the checkpointer on this machine with N ranks as processes (socketpairs between
+// them), each holding --state-mb MiB of fp32 "weights" and two Adam moments. Reports, per the
+// issue: save_async blocking time vs a plain memcpy of the same bytes; persist throughput vs
+// dd-style sequential writes of the same size to the same directory in the same run; the step
+// time of a memory-bound "optimizer step" while a rate-limited save persists; delta bytes vs full
+// for frozen, 10%-changed and dense updates; restoring a restarted rank from its buddy's memory vs
+// from storage (page cache dropped for the shard files). Prints a table, or JSON with --json.
+//
+//   build-ckpt/bin/ckpt_bench --ranks 4 --state-mb 256 --dir /tmp/ckpt_bench
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/socket_rank_group.h"
+#include "tessera/checkpoint/checkpointer.h"
+#include "tessera/checkpoint/manifest.h"
+
+using namespace tessera;
+using namespace tessera::ckpt;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+struct Args {
+  int ranks = 4;
+  size_t state_mb = 256;
+  std::string dir = "/tmp/ckpt_bench";
+  double max_write_mbps = 100;  // per rank, for the step-time phase
+  int zstd_level = -1;
+  bool json = false;
+};
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct RankState {
+  size_t n = 0;  // floats per tensor
+  std::vector<float> w, m, v;
+  void init(size_t floats, int rank) {
+    n = floats;
+    w.resize(n);
+    m.resize(n);
+    v.resize(n);
+    uint32_t x = 2463534242u + static_cast<uint32_t>(rank);
+    for (size_t i = 0; i < n; ++i) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      w[i] = static_cast<float>(x) * 1e-9f;
+      m[i] = w[i] * 0.5f;
+      v[i] = w[i] * 0.25f;
+    }
+  }
+  // A memory-bound Adam-like update of the first `fraction` of every tensor.
+  void step(double fraction = 1.0) {
+    const size_t k = static_cast<size_t>(static_cast<double>(n) * fraction);
+    for (size_t i = 0; i < k; ++i) {
+      const float g = w[i] * 1e-3f + 1e-7f;
+      m[i] = 0.9f * m[i] + 0.1f * g;
+      v[i] = 0.999f * v[i] + 0.001f * g * g;
+      w[i] -= 1e-3f * m[i] / (std::sqrt(v[i]) + 1e-8f);
+    }
+  }
+  Status add_to(StateRegistry& reg, int rank, int ranks) {
+    const std::vector<int64_t> shape{static_cast<int64_t>(n) * ranks};
+    const Slice slice{{static_cast<int64_t>(n) * rank}, {static_cast<int64_t>(n)}};
+    TSR_RETURN_IF_ERROR(reg.add_host_tensor("w", hal::DType::kF32, shape, slice, w.data()));
+    TSR_RETURN_IF_ERROR(reg.add_host_tensor("adam.m", hal::DType::kF32, shape, slice, m.data()));
+    return reg.add_host_tensor("adam.v", hal::DType::kF32, shape, slice, v.data());
+  }
+};
+
+int zstd_level = -1;
+
+Result<std::unique_ptr<Checkpointer>> open(
+    const std::string& dir, std::shared_ptr<RankGroup> g, RankState& s, int rank, int ranks,
+    const std::function<void(CheckpointOptions&)>& tune = {}) {
+  CheckpointOptions o;
+  o.dir = dir;
+  o.keep_last = 2;
+  o.zstd_level = zstd_level;
+  if (tune) tune(o);
+  TSR_ASSIGN_OR_RETURN(auto ck, Checkpointer::create(o, std::move(g)));
+  TSR_RETURN_IF_ERROR(s.add_to(ck->registry(), rank, ranks));
+  return ck;
+}
+
+Result<SaveResult> save(Checkpointer& ck, int64_t step, SaveStart* start = nullptr) {
+  TSR_ASSIGN_OR_RETURN(SaveStart s, ck.save_async(step));
+  if (start) *start = s;
+  TSR_ASSIGN_OR_RETURN(SaveResult r, ck.wait());
+  TSR_RETURN_IF_ERROR(r.status);
+  return r;
+}
+
+// dd-style: `bytes` in 4 MiB writes to one new file, then fsync.
+Result<double> dd_write(const std::string& path, size_t bytes) {
+  std::vector<char> block(4u << 20);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 131 + 7);
+  const auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return internal_error("open " + path);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(block.size(), bytes - done);
+    if (::write(fd, block.data(), n) != static_cast<ssize_t>(n)) return internal_error("write");
+    done += n;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  const double s = since(t0);
+  std::filesystem::remove(path);
+  return s;
+}
+
+void drop_cache(const std::string& dir) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd >= 0) {
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+  }
+}
+
+#define BENCH_OK(expr)                                                                \
+  do {                                                                                \
+    const Status bench_status_ = (expr);                                              \
+    if (!bench_status_.ok()) {                                                        \
+      std::fprintf(stderr, "rank %d: %s\n", rank, bench_status_.to_string().c_str()); \
+      return 1;                                                                       \
+    }                                                                                 \
+  } while (0)
+#define BENCH_ASSIGN(lhs, expr) \
+  auto lhs##_r = (expr);        \
+  BENCH_OK(lhs##_r.status());   \
+  auto lhs = std::move(lhs##_r).value()
+
+int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
+  const int ranks = group->size();
+  RankState s;
+  s.init(args.state_mb * (1u << 20) / 3 / sizeof(float), rank);
+  const size_t bytes = 3 * s.n * sizeof(float);
+  Json out;
+
+  // 1. Blocking time vs memcpy, and persist vs dd.
+  {
+    BENCH_ASSIGN(ck, open(args.dir + "/full", group, s, rank, ranks));
+    BENCH_OK(save(*ck, 1).status());  // allocates the pinned buffers
+    std::vector<char> dst(bytes);
+    std::memset(dst.data(), 1, dst.size());
+    double memcpy_s = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      std::memcpy(dst.data(), s.w.data(), s.n * 4);
+      std::memcpy(dst.data() + s.n * 4, s.m.data(), s.n * 4);
+      std::memcpy(dst.data() + s.n * 8, s.v.data(), s.n * 4);
+      memcpy_s = std::min(memcpy_s, since(t0));
+    }
+    double blocking_s = 1e9;
+    SaveResult full;
+    for (int64_t step = 2; step <= 4; ++step) {
+      s.step();
+      SaveStart start;
+      BENCH_ASSIGN(r, save(*ck, step, &start));
+      blocking_s = std::min(blocking_s, start.blocking_s);
+      full = r;
+    }
+    BENCH_OK(group->barrier());
+    BENCH_ASSIGN(dd_s,
+                 dd_write(args.dir + "/dd-" + std::to_string(rank) + ".bin", full.bytes_written));
+    out["memcpy_s"] = memcpy_s;
+    out["blocking_s"] = blocking_s;
+    out["persist_s"] = full.persist_s;
+    out["bytes_written"] = full.bytes_written;
+    out["dd_s"] = dd_s;
+  }
+  // 2. Step time while a rate-limited save persists.
+  {
+    BENCH_ASSIGN(ck, open(args.dir + "/limited", group, s, rank, ranks,
+                          [&](CheckpointOptions& o) { o.max_write_mbps = args.max_write_mbps; }));
+    BENCH_OK(group->barrier());
+    double base = 0;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = Clock::now();
+      s.step();
+      base += since(t0) / 5;
+    }
+    BENCH_OK(group->barrier());
+    BENCH_OK(ck->save_async(10).status());
+    double during = 0;
+    int steps = 0;
+    while (ck->busy() || steps < 3) {
+      const auto t0 = Clock::now();
+      s.step();
+      during += since(t0);
+      ++steps;
+    }
+    BENCH_ASSIGN(r, ck->wait());
+    BENCH_OK(r.status);
+    out["step_s"] = base;
+    out["step_during_save_s"] = during / steps;
+    out["limited_persist_s"] = r.persist_s;
+  }
+  // 3. Delta bytes vs full.
+  {
+    BENCH_ASSIGN(ck, open(args.dir + "/delta", group, s, rank, ranks,
+                          [](CheckpointOptions& o) { o.full_every = 100; }));
+    BENCH_OK(save(*ck, 1).status());
+    BENCH_ASSIGN(frozen, save(*ck, 2));
+    s.step(0.1);
+    BENCH_ASSIGN(tenth, save(*ck, 3));
+    s.step(1.0);
+    BENCH_ASSIGN(dense, save(*ck, 4));
+    out["delta_frozen"] = double(frozen.bytes_written) / frozen.bytes_full;
+    out["delta_10pct"] = double(tenth.bytes_written) / tenth.bytes_full;
+    out["delta_dense"] = double(dense.bytes_written) / dense.bytes_full;
+  }
+  // 4. Restore of a restarted rank (rank 1): buddy memory vs storage.
+  {
+    BENCH_ASSIGN(ck, open(args.dir + "/replica", group, s, rank, ranks,
+                          [](CheckpointOptions& o) { o.peer_replica = true; }));
+    BENCH_OK(save(*ck, 1).status());
+    if (rank == 1) {
+      ck.reset();
+      BENCH_ASSIGN(fresh, open(args.dir + "/replica", group, s, rank, ranks,
+                               [](CheckpointOptions& o) { o.peer_replica = true; }));
+      ck = std::move(fresh);
+    }
+    BENCH_ASSIGN(peer, ck->restore());
+    if (rank == 0) drop_cache(args.dir + "/replica");
+    BENCH_OK(group->barrier());
+    BENCH_ASSIGN(storage, ck->load());
+    out["restore_peer_s"] = peer.seconds;
+    out["restore_peer_path"] = peer.detail;
+    out["restore_storage_s"] = storage.seconds;
+  }
+  auto all = group->allgather(out.dump());
+  BENCH_OK(all.status());
+  if (rank != 0) return 0;
+
+  std::vector<Json> per;
+  for (const auto& text : *all) per.push_back(Json::parse(text));
+  auto max_of = [&](const char* key) {
+    double v = 0;
+    for (const auto& j : per) v = std::max(v, j[key].get<double>());
+    return v;
+  };
+  auto mean_of = [&](const char* key) {
+    double v = 0;
+    for (const auto& j : per) v += j[key].get<double>() / per.size();
+    return v;
+  };
+  double written = 0;
+  for (const auto& j : per) written += j["bytes_written"].get<double>();
+  Json report = {
+      {"ranks", ranks},
+      {"state_bytes_per_rank", bytes},
+      {"blocking_s", max_of("blocking_s")},
+      {"memcpy_s", max_of("memcpy_s")},
+      {"blocking_vs_memcpy", max_of("blocking_s") / max_of("memcpy_s")},
+      {"persist_GBps", written / max_of("persist_s") / 1e9},
+      {"dd_GBps", written / max_of("dd_s") / 1e9},
+      {"persist_vs_dd", max_of("dd_s") / max_of("persist_s")},
+      {"step_s", mean_of("step_s")},
+      {"step_during_save_s", mean_of("step_during_save_s")},
+      {"step_slowdown", mean_of("step_during_save_s") / mean_of("step_s") - 1},
+      {"max_write_mbps_per_rank", args.max_write_mbps},
+      {"delta_frozen", mean_of("delta_frozen")},
+      {"delta_10pct", mean_of("delta_10pct")},
+      {"delta_dense", mean_of("delta_dense")},
+      {"restore_rank1_peer_s", per[1]["restore_peer_s"]},
+      {"restore_rank1_peer_path", per[1]["restore_peer_path"]},
+      {"restore_rank1_storage_s", per[1]["restore_storage_s"]},
+  };
+  if (args.json) {
+    std::printf("%s\n", report.dump(2).c_str());
+    return 0;
+  }
+  std::printf(
+      "ckpt_bench: %d ranks x %.0f MiB (fp32 weights + 2 Adam moments), zstd level %d, "
+      "dir %s\n",
+      ranks, bytes / 1048576.0, args.zstd_level, args.dir.c_str());
+  std::printf("| metric | value |\n|---|---|\n");
+  std::printf("| save_async blocking (max over ranks) | %.1f ms = %.2fx memcpy (%.1f ms) |\n",
+              1e3 * max_of("blocking_s"), max_of("blocking_s") / max_of("memcpy_s"),
+              1e3 * max_of("memcpy_s"));
+  std::printf("| persist, all ranks | %.2f GB/s = %.0f%% of dd-style writes (%.2f GB/s) |\n",
+              written / max_of("persist_s") / 1e9, 100 * max_of("dd_s") / max_of("persist_s"),
+              written / max_of("dd_s") / 1e9);
+  std::printf("| step time while saving at %.0f MB/s per rank | %+.1f%% (%.1f -> %.1f ms) |\n",
+              args.max_write_mbps, 100 * (mean_of("step_during_save_s") / mean_of("step_s") - 1),
+              1e3 * mean_of("step_s"), 1e3 * mean_of("step_during_save_s"));
+  std::printf("| delta / full: frozen, 10%% changed, dense Adam | %.3f, %.3f, %.3f |\n",
+              mean_of("delta_frozen"), mean_of("delta_10pct"), mean_of("delta_dense"));
+  std::printf("| restore rank 1 from %s vs storage | %.1f ms vs %.1f ms |\n",
+              per[1]["restore_peer_path"].get<std::string>().c_str(),
+              1e3 * per[1]["restore_peer_s"].get<double>(),
+              1e3 * per[1]["restore_storage_s"].get<double>());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ckpt_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--ranks")
+      args.ranks = std::stoi(next());
+    else if (a == "--state-mb")
+      args.state_mb = std::stoul(next());
+    else if (a == "--dir")
+      args.dir = next();
+    else if (a == "--max-write-mbps")
+      args.max_write_mbps = std::stod(next());
+    else if (a == "--json")
+      args.json = true;
+    else if (a == "--zstd-level")
+      args.zstd_level = zstd_level = std::stoi(next());
+    else {
+      std::fprintf(stderr,
+                   "usage: ckpt_bench [--ranks N] [--state-mb MiB] [--dir PATH] "
+                   "[--max-write-mbps MB/s per rank] [--zstd-level L] [--json]\n");
+      return 2;
+    }
+  }
+  std::filesystem::remove_all(args.dir);
+  std::filesystem::create_directories(args.dir);
+  auto exits = tessera::ckpt::testing::run_ranks(
+      args.ranks,
+      [&](int rank, std::shared_ptr<RankGroup> group) { return run_rank(args, rank, group); },
+      3600);
+  std::filesystem::remove_all(args.dir);
+  int code = 0;
+  for (size_t r = 0; r < exits.size(); ++r) {
+    if (exits[r].code != 0) {
+      std::fprintf(stderr, "ckpt_bench: rank %zu failed (exit %d, signal %d)\n", r, exits[r].code,
+                   exits[r].signal);
+      code = 1;
+    }
+  }
+  return code;
+}

@@ -1,0 +1,87 @@
+// The state registry: what a rank saves and loads. Named tensors (device memory or host memory,
+// with their dtype, global shape and the slice this rank holds) and named blobs (bytes: RNG state,
+// data-loader cursor, user metadata, ...).
+//
+// A tensor's bytes are the row-major elements of its local slice, contiguous at `data`. A tensor
+// marked `replicated` is held identically by several ranks (data parallelism): only the lowest
+// rank holding a given slice writes it. Registration is not thread-safe; register everything
+// before the first save and do not change it while a save is in flight. The registry does not own
+// the memory it points to; the memory must outlive the Checkpointer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/status.h"
+#include "tessera/hal/dtype.h"
+#include "tessera/hal/memory.h"
+
+namespace tessera::ckpt {
+
+// The part [offset[d], offset[d] + len[d]) of every dimension d of a global tensor.
+struct Slice {
+  std::vector<int64_t> offset;
+  std::vector<int64_t> len;
+  int64_t elements() const;
+  friend bool operator==(const Slice&, const Slice&) = default;
+};
+
+// The whole of a tensor of shape `shape`.
+Slice full_slice(const std::vector<int64_t>& shape);
+// The slice of `shape` that part `index` of `parts` holds when split evenly along `dim`
+// (INVALID_ARGUMENT when the extent does not divide).
+Result<Slice> split_slice(const std::vector<int64_t>& shape, const Slice& of, int dim, int parts,
+                          int index);
+// "[0:4, 8:16]"
+std::string slice_text(const Slice& slice);
+
+enum class Memory { kHost, kDevice };
+
+struct TensorEntry {
+  std::string name;
+  hal::DType dtype = hal::DType::kF32;
+  std::vector<int64_t> shape;  // global
+  Slice slice;                 // this rank's part
+  bool replicated = false;
+  Memory memory = Memory::kHost;
+  void* data = nullptr;  // host pointer, or device pointer of the Checkpointer's device
+  size_t bytes() const;  // of the local slice
+};
+
+// A blob is read with `get` at snapshot time (training thread) and written back with `set` on
+// load. `replicated`: identical on every rank; only the lowest rank writes it.
+struct BlobEntry {
+  std::string name;
+  std::function<std::string()> get;
+  std::function<Status(std::string_view)> set;
+  bool replicated = false;
+};
+
+class StateRegistry {
+ public:
+  // Host memory at `data` holding the slice; bytes = slice.elements() * dtype size.
+  Status add_host_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
+                         Slice slice, void* data, bool replicated = false);
+  // Device memory of the Checkpointer's device (CheckpointOptions::device).
+  Status add_device_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
+                           Slice slice, const hal::DeviceBuffer& buffer, bool replicated = false);
+  Status add_blob(BlobEntry blob);
+  // A blob backed by a string the caller owns (read at snapshot, assigned on load).
+  Status add_blob(std::string name, std::string* value, bool replicated = false);
+
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  const std::vector<BlobEntry>& blobs() const { return blobs_; }
+  const TensorEntry* find_tensor(std::string_view name) const;
+  // Sum of the local slices' bytes.
+  size_t total_tensor_bytes() const;
+
+ private:
+  Status check_new_name(std::string_view name) const;
+  std::vector<TensorEntry> tensors_;
+  std::vector<BlobEntry> blobs_;
+};
+
+}  // namespace tessera::ckpt

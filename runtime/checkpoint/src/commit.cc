@@ -1,0 +1,403 @@
+// The background side of a save: agree on the step and the writers, write this rank's shard,
+// report to rank 0, and let rank 0 commit (manifest, rename, `latest`, garbage collection).
+// Every rank makes the same sequence of collective calls whatever fails, so a failure on one rank
+// aborts the save on all of them and the group stays usable.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "codec.h"
+#include "fs.h"
+#include "impl.h"
+#include "tessera/common/log.h"
+
+namespace tessera::ckpt {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string shard_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.shard", rank);
+  return name;
+}
+
+// What every rank says before writing: its step, its delta base and what it holds.
+std::string metadata_message(const StateRegistry& reg, int64_t step, bool want_delta,
+                             int64_t base_step) {
+  Json j = {{"step", step}, {"delta", want_delta}, {"base", base_step}};
+  j["tensors"] = Json::array();
+  for (const auto& t : reg.tensors()) {
+    j["tensors"].push_back({{"name", t.name},
+                            {"dtype", std::string(hal::dtype_name(t.dtype))},
+                            {"shape", t.shape},
+                            {"offset", t.slice.offset},
+                            {"len", t.slice.len},
+                            {"replicated", t.replicated}});
+  }
+  j["blobs"] = Json::array();
+  for (const auto& b : reg.blobs()) {
+    j["blobs"].push_back({{"name", b.name}, {"replicated", b.replicated}});
+  }
+  return j.dump();
+}
+
+struct Agreement {
+  bool delta = false;
+  int64_t base_step = -1;
+  std::vector<bool> write_tensor;  // this rank's tensors, registry order
+  std::vector<bool> write_blob;
+  std::vector<TensorRecord> tensors;  // global metadata, first-seen order
+};
+
+// Decides from the gathered metadata, identically on every rank.
+Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int64_t step) {
+  Agreement a;
+  std::vector<Json> metas;
+  for (const auto& text : gathered) {
+    Json j = Json::parse(text, nullptr, false);
+    if (j.is_discarded()) return internal_error("malformed save metadata from a rank");
+    metas.push_back(std::move(j));
+  }
+  a.delta = true;
+  for (size_t r = 0; r < metas.size(); ++r) {
+    if (metas[r]["step"].get<int64_t>() != step) {
+      return failed_precondition("ranks disagree on the step: rank " + std::to_string(r) +
+                                 " saves " + std::to_string(metas[r]["step"].get<int64_t>()) +
+                                 ", rank " + std::to_string(rank) + " saves " +
+                                 std::to_string(step));
+    }
+    a.delta = a.delta && metas[r]["delta"].get<bool>() &&
+              metas[r]["base"].get<int64_t>() == metas[0]["base"].get<int64_t>();
+  }
+  a.base_step = a.delta ? metas[0]["base"].get<int64_t>() : -1;
+  std::map<std::string, size_t> index;
+  std::set<std::string> written;  // replicated name@slice already claimed by a lower rank
+  std::set<std::string> blob_written;
+  for (size_t r = 0; r < metas.size(); ++r) {
+    for (const Json& t : metas[r]["tensors"]) {
+      const std::string name = t["name"].get<std::string>();
+      Slice slice{t["offset"].get<std::vector<int64_t>>(), t["len"].get<std::vector<int64_t>>()};
+      auto [it, fresh] = index.emplace(name, a.tensors.size());
+      if (fresh) {
+        a.tensors.push_back(TensorRecord{
+            name, t["dtype"].get<std::string>(), t["shape"].get<std::vector<int64_t>>(), {}});
+      } else {
+        const TensorRecord& seen = a.tensors[it->second];
+        if (seen.dtype != t["dtype"].get<std::string>() ||
+            seen.shape != t["shape"].get<std::vector<int64_t>>()) {
+          return invalid_argument("tensor '" + name + "': rank " + std::to_string(r) +
+                                  " registered another dtype or global shape than a lower rank");
+        }
+      }
+      bool writes = true;
+      if (t["replicated"].get<bool>()) writes = written.insert(shard_key(name, slice)).second;
+      if (static_cast<int>(r) == rank) a.write_tensor.push_back(writes);
+    }
+    for (const Json& b : metas[r]["blobs"]) {
+      bool writes = true;
+      if (b["replicated"].get<bool>()) {
+        writes = blob_written.insert(b["name"].get<std::string>()).second;
+      }
+      if (static_cast<int>(r) == rank) a.write_blob.push_back(writes);
+    }
+  }
+  return a;
+}
+
+// "OK<partial manifest>" or "ER<code>:<message>"
+std::string encode_outcome(const Status& status, const std::string& payload) {
+  if (status.ok()) return "OK" + payload;
+  return "ER" + std::to_string(static_cast<int>(status.code())) + ":" + status.message();
+}
+
+Status decode_error(const std::string& message, int from) {
+  if (message.rfind("ER", 0) != 0) return Status();
+  const size_t colon = message.find(':');
+  const int code = std::atoi(message.substr(2, colon - 2).c_str());
+  return Status(static_cast<StatusCode>(code),
+                "rank " + std::to_string(from) + ": " + message.substr(colon + 1));
+}
+
+}  // namespace
+
+// Writes this rank's shard: chunked, compressed, delta-encoded against the base when agreed.
+static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt,
+                          const StateRegistry& reg, const Snapshot& snap, const Agreement& a,
+                          int rank, Manifest* mine, SaveResult* r) {
+  const std::string final_rel = step_dir_name(snap.step);
+  const std::string tmp_dir = fs::join(opt.dir, final_rel + ".tmp");
+  TSR_RETURN_IF_ERROR(fs::make_dirs(tmp_dir));
+  const std::string file = shard_file_name(rank);
+  TSR_ASSIGN_OR_RETURN(auto writer,
+                       codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file));
+  codec::Compressor compressor;
+  codec::ChunkReader base_reader(opt.dir);
+  codec::RateLimiter limiter(opt.max_write_mbps);
+  std::string stored, scratch;
+  bool first = true;
+  auto store = [&](const void* data, size_t bytes, ChunkRecord* rec) -> Status {
+    TSR_RETURN_IF_ERROR(compressor.compress(data, bytes, opt.zstd_level, &stored));
+    TSR_ASSIGN_OR_RETURN(rec->data, writer->append(stored));
+    r->bytes_written += stored.size();
+    limiter.account(stored.size());
+    if (first) {
+      first = false;
+      TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kMidShard));
+    }
+    return Status();
+  };
+  for (size_t i = 0; i < reg.tensors().size(); ++i) {
+    if (!a.write_tensor[i]) continue;
+    const TensorEntry& t = reg.tensors()[i];
+    ShardRecord shard{rank, t.slice, opt.chunk_bytes, {}};
+    const std::byte* p = snap.data + snap.offsets[i];
+    const size_t n = t.bytes();
+    const size_t count = (n + opt.chunk_bytes - 1) / opt.chunk_bytes;
+    const std::vector<ChunkRecord>* base = nullptr;
+    if (a.delta) {
+      auto it = impl.base.chunks.find(shard_key(t.name, t.slice));
+      if (it != impl.base.chunks.end() && it->second.size() == count) base = &it->second;
+    }
+    for (size_t c = 0; c < count; ++c) {
+      const size_t off = c * opt.chunk_bytes;
+      const size_t len = std::min(opt.chunk_bytes, n - off);
+      ChunkRecord rec;
+      rec.raw = len;
+      rec.hash = codec::xxh3(p + off, len);
+      const ChunkRecord* b = base ? &(*base)[c] : nullptr;
+      if (b && b->raw != len) b = nullptr;
+      if (b && b->hash == rec.hash) {
+        rec.enc = "ref";
+        rec.data = b->data;
+      } else if (b) {
+        rec.enc = "xor";
+        scratch.resize(len);
+        TSR_RETURN_IF_ERROR(base_reader.read(
+            *b, scratch.data(), "base of tensor '" + t.name + "' chunk " + std::to_string(c)));
+        codec::xor_into(scratch.data(), p + off, len);
+        TSR_RETURN_IF_ERROR(store(scratch.data(), len, &rec));
+        rec.base = b->data;
+        ++r->chunks_changed;
+      } else {
+        rec.enc = "zstd";
+        TSR_RETURN_IF_ERROR(store(p + off, len, &rec));
+        if (a.delta) ++r->chunks_changed;
+      }
+      r->bytes_full += b ? b->data.stored : rec.data.stored;
+      r->bytes_raw += len;
+      ++r->chunks;
+      shard.chunks.push_back(std::move(rec));
+    }
+    mine->tensors.push_back(
+        TensorRecord{t.name, std::string(hal::dtype_name(t.dtype)), t.shape, {std::move(shard)}});
+  }
+  for (size_t i = 0; i < reg.blobs().size(); ++i) {
+    if (!a.write_blob[i]) continue;
+    const std::string& bytes = snap.blobs[i];
+    BlobRecord blob{reg.blobs()[i].name, rank, reg.blobs()[i].replicated, bytes.size(), {}};
+    for (size_t off = 0; off < bytes.size() || (off == 0 && bytes.empty());
+         off += opt.chunk_bytes) {
+      const size_t len = std::min(opt.chunk_bytes, bytes.size() - off);
+      ChunkRecord rec;
+      rec.enc = "zstd";
+      rec.raw = len;
+      rec.hash = codec::xxh3(bytes.data() + off, len);
+      TSR_RETURN_IF_ERROR(store(bytes.data() + off, len, &rec));
+      r->bytes_full += rec.data.stored;
+      r->bytes_raw += len;
+      blob.chunks.push_back(std::move(rec));
+      if (bytes.empty()) break;
+    }
+    mine->blobs.push_back(std::move(blob));
+  }
+  TSR_ASSIGN_OR_RETURN(FileRecord record, writer->finish(opt.fsync));
+  mine->files.push_back(std::move(record));
+  return impl.fault(FaultPoint::kAfterShards);
+}
+
+// Rank 0: the manifest, the rename and `latest`. On failure nothing is published.
+static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, const Agreement& a,
+                     int64_t step, int world, const std::vector<std::string>& reports) {
+  Manifest m;
+  m.step = step;
+  m.delta = a.delta;
+  m.base_step = a.base_step;
+  m.world_size = world;
+  m.layout = opt.layout;
+  m.metadata = opt.metadata;
+  m.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+  m.tensors = a.tensors;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < m.tensors.size(); ++i) index[m.tensors[i].name] = i;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    TSR_ASSIGN_OR_RETURN(Manifest part, parse_manifest(std::string_view(reports[r]).substr(2),
+                                                       "report of rank " + std::to_string(r)));
+    for (auto& t : part.tensors) {
+      auto& dst = m.tensors[index.at(t.name)].shards;
+      for (auto& s : t.shards) dst.push_back(std::move(s));
+    }
+    for (auto& b : part.blobs) m.blobs.push_back(std::move(b));
+    for (auto& f : part.files) m.files.push_back(std::move(f));
+  }
+  const std::string final_rel = step_dir_name(step);
+  const std::string tmp_dir = fs::join(opt.dir, final_rel + ".tmp");
+  const std::string final_dir = fs::join(opt.dir, final_rel);
+  TSR_RETURN_IF_ERROR(
+      fs::write_file(fs::join(tmp_dir, "manifest.json"), manifest_to_json(m), opt.fsync));
+  if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(tmp_dir));
+  TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kAfterManifest));
+  if (fs::exists(final_dir)) {
+    auto latest = read_latest(opt.dir);
+    if (latest.ok() && *latest == step) {
+      return already_exists("step " + std::to_string(step) + " is already committed");
+    }
+    // An unpublished directory of the same step (a crash before `latest`): replace it.
+    TSR_RETURN_IF_ERROR(fs::remove_all(final_dir));
+  }
+  TSR_RETURN_IF_ERROR(fs::rename_path(tmp_dir, final_dir));
+  if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(opt.dir));
+  Status published = fs::replace_file(fs::join(opt.dir, "latest"), final_rel + "\n", opt.fsync,
+                                      [&] { return impl.fault(FaultPoint::kDuringLatest); });
+  if (!published.ok()) {
+    fs::remove_all(final_dir).ignore();
+    return published.with_context("publishing step " + std::to_string(step));
+  }
+  return Status();
+}
+
+Status Checkpointer::Impl::run_gc(int64_t just_committed) {
+  const CheckpointOptions& opt = self->options_;
+  TSR_ASSIGN_OR_RETURN(std::vector<StepInfo> steps, list_steps(opt.dir));
+  std::set<int64_t> keep{just_committed};
+  auto latest = read_latest(opt.dir);
+  if (latest.ok()) keep.insert(*latest);
+  int kept = 0;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (it->committed && kept < opt.keep_last) {
+      keep.insert(it->step);
+      ++kept;
+    }
+  }
+  for (int64_t step : std::set<int64_t>(keep)) {
+    auto m = read_manifest(opt.dir, step);
+    if (m.ok() && m->delta) keep.insert(m->base_step);
+  }
+  for (const StepInfo& s : steps) {
+    if (s.committed && keep.count(s.step)) continue;
+    std::string victim = fs::join(opt.dir, s.dir);
+    if (s.committed) {
+      // Unpublish first (a crash leaves a .tmp directory, never a half-deleted checkpoint).
+      const std::string doomed = victim + ".tmp";
+      if (fs::exists(doomed)) TSR_RETURN_IF_ERROR(fs::remove_all(doomed));
+      TSR_RETURN_IF_ERROR(fs::rename_path(victim, doomed));
+      victim = doomed;
+    }
+    TSR_RETURN_IF_ERROR(fault(FaultPoint::kDuringGc));
+    TSR_RETURN_IF_ERROR(fs::remove_all(victim));
+  }
+  if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(opt.dir));
+  return Status();
+}
+
+SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CheckpointOptions& opt = self->options_;
+  const StateRegistry& reg = self->registry_;
+  RankGroup& group = *self->group_;
+  const int rank = group.rank();
+  const int64_t step = start.step;
+  SaveResult r;
+  r.step = step;
+  r.blocking_s = start.blocking_s;
+  const std::string what = "save of step " + std::to_string(step);
+  const std::string tmp_dir = fs::join(opt.dir, step_dir_name(step) + ".tmp");
+  const std::string my_file = fs::join(tmp_dir, shard_file_name(rank));
+  auto finish = [&](Status status) {
+    if (!status.ok() && r.delta) {
+      // Every rank saw the same failure: start again from a full save (the base may be bad).
+      base = DeltaBase{};
+      saves_since_full = 0;
+    }
+    r.status = std::move(status);
+    r.persist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+
+  // A: agree on the step, delta or full, and who writes what.
+  const bool want_delta =
+      opt.full_every > 1 && base.step >= 0 && saves_since_full < opt.full_every - 1;
+  auto gathered = group.allgather(metadata_message(reg, step, want_delta, base.step));
+  if (!gathered.ok()) return finish(gathered.status().with_context(what + ": metadata exchange"));
+  Result<Agreement> agreed = internal_error("malformed save metadata from a rank");
+  try {
+    agreed = agree(*gathered, rank, step);
+  } catch (const std::exception& e) {
+    agreed = internal_error(std::string("malformed save metadata from a rank: ") + e.what());
+  }
+  if (!agreed.ok()) return finish(agreed.status().with_context(what + " aborted"));
+  const Agreement& a = *agreed;
+  r.delta = a.delta;
+  r.base_step = a.base_step;
+
+  // B: this rank's shard.
+  Manifest mine;
+  mine.step = step;
+  Status local = write_shard(*this, opt, reg, snap, a, rank, &mine, &r);
+
+  // C: every rank's outcome to every rank (rank 0 needs the records).
+  auto reports = group.allgather(encode_outcome(local, manifest_to_json(mine)));
+  Status failure;
+  if (!reports.ok()) {
+    failure = reports.status().with_context("reports to rank 0");
+  } else {
+    for (size_t q = 0; q < reports->size() && failure.ok(); ++q) {
+      failure = decode_error((*reports)[q], static_cast<int>(q));
+    }
+  }
+  if (!failure.ok()) {
+    ::unlink(my_file.c_str());
+    if (reports.ok()) group.barrier().ignore();  // everyone removed its file
+    if (rank == 0) fs::remove_all(tmp_dir).ignore();
+    return finish(failure.with_context(what + " aborted"));
+  }
+
+  // D: rank 0 commits; everyone learns the outcome.
+  Status committed;
+  if (rank == 0) {
+    committed = commit(*this, opt, a, step, group.size(), *reports);
+    if (!committed.ok()) fs::remove_all(tmp_dir).ignore();
+    // Before the others learn the outcome: they may start the next save's .tmp right after.
+    if (committed.ok()) {
+      Status gc = run_gc(step);
+      if (!gc.ok()) TSR_LOG(kWarn, "ckpt") << "garbage collection: " << gc.to_string();
+    }
+  }
+  auto outcome = group.allgather(encode_outcome(committed, ""));
+  if (!outcome.ok()) return finish(outcome.status().with_context(what + ": commit outcome"));
+  Status from_zero = decode_error((*outcome)[0], 0);
+  if (!from_zero.ok()) return finish(from_zero.with_context(what + " aborted at commit"));
+
+  // The new delta base, on every rank alike.
+  if (a.delta) {
+    ++saves_since_full;
+  } else {
+    base.step = step;
+    base.chunks.clear();
+    for (auto& t : mine.tensors) {
+      for (auto& s : t.shards) base.chunks[shard_key(t.name, s.slice)] = s.chunks;
+    }
+    saves_since_full = 0;
+  }
+  if (opt.peer_replica && group.size() > 1) {
+    Status s = exchange_replica(snap, &r.replica_s);
+    if (!s.ok()) TSR_LOG(kWarn, "ckpt") << what << ": peer replica: " << s.to_string();
+  }
+  return finish(Status());
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,85 @@
+// Internal state of a Checkpointer, shared by save.cc, commit.cc, load.cc and replica.cc.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/checkpoint/checkpointer.h"
+#include "tessera/checkpoint/manifest.h"
+
+namespace tessera::ckpt {
+
+// One snapshot buffer: the raw bytes of every registered tensor (in registry order) and the
+// blobs. Allocated once and reused; pinned through the HAL when a device is configured.
+struct Snapshot {
+  std::optional<hal::HostBuffer> pinned;
+  std::unique_ptr<std::byte[]> plain;
+  std::byte* data = nullptr;
+  size_t capacity = 0;
+  int64_t step = -1;
+  bool valid = false;           // holds a complete snapshot of `step`
+  std::vector<size_t> offsets;  // per tensor
+  std::vector<std::string> blobs;
+};
+
+// The raw chunk records a rank wrote in the last committed full save: the base of deltas.
+struct DeltaBase {
+  int64_t step = -1;
+  std::map<std::string, std::vector<ChunkRecord>> chunks;  // key: tensor name + slice text
+};
+
+struct Checkpointer::Impl {
+  explicit Impl(Checkpointer* owner) : self(owner) {}
+  Checkpointer* self;
+  Snapshot buffers[2];
+  int committed_buffer = -1;  // the buffer holding the newest committed snapshot
+  std::optional<hal::Stream> stream;
+
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, stop = false;
+  int job_buffer = -1;
+  SaveStart job_start;
+  std::optional<SaveResult> last_result;
+
+  // Background-thread state (touched only by the worker, or by the caller while idle).
+  DeltaBase base;
+  int saves_since_full = 0;
+
+  // Peer replica: the copy of another rank's newest committed snapshot that this rank keeps.
+  struct Replica {
+    int owner = -1;
+    int64_t step = -1;
+    std::string header;  // JSON: step, tensor names and sizes, blobs
+    std::string bytes;   // the raw tensor bytes, laid out like a Snapshot
+  } replica;
+
+  Status reserve(Snapshot& into, size_t bytes);
+  Status snapshot(Snapshot& into, int64_t step);
+  void worker_loop();
+  // commit.cc: the whole background save of one snapshot.
+  SaveResult persist(Snapshot& snap, const SaveStart& start);
+  Status run_gc(int64_t just_committed);
+  Status fault(FaultPoint point) const;
+  // replica.cc
+  Status exchange_replica(const Snapshot& snap, double* seconds);
+  std::string serialize_snapshot(const Snapshot& snap) const;  // the header
+  Status apply_serialized(std::string_view header, std::string_view data);
+  // load.cc: the registered memory from a staged buffer laid out like a snapshot.
+  Status write_back(const std::byte* data, const std::vector<std::string>& blobs);
+  Status load_step(int64_t step, Snapshot& staging, LoadResult* result);
+  // Waits until no save is in flight.
+  void wait_idle();
+};
+
+// "name@[0:4, 0:8]": a tensor slice's identity for deltas.
+std::string shard_key(const std::string& name, const Slice& slice);
+
+}  // namespace tessera::ckpt

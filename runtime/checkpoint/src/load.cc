@@ -1,0 +1,241 @@
+// Loading: pick the checkpoint (latest, a given step, or older ones with fallback), verify it,
+// and fill each registered slice from the overlapping parts of the saved shards, whatever layout
+// they were saved under. Only the chunks that overlap this rank's slices are read.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "codec.h"
+#include "fs.h"
+#include "impl.h"
+#include "tessera/common/log.h"
+
+namespace tessera::ckpt {
+namespace {
+
+bool intersect(const Slice& a, const Slice& b, Slice* out) {
+  out->offset.resize(a.offset.size());
+  out->len.resize(a.offset.size());
+  for (size_t d = 0; d < a.offset.size(); ++d) {
+    const int64_t lo = std::max(a.offset[d], b.offset[d]);
+    const int64_t hi = std::min(a.offset[d] + a.len[d], b.offset[d] + b.len[d]);
+    if (lo >= hi) return false;
+    out->offset[d] = lo;
+    out->len[d] = hi - lo;
+  }
+  return true;
+}
+
+std::vector<int64_t> strides(const Slice& s) {
+  std::vector<int64_t> out(s.len.size(), 1);
+  for (int d = static_cast<int>(s.len.size()) - 2; d >= 0; --d) out[d] = out[d + 1] * s.len[d + 1];
+  return out;
+}
+
+// Copies the part `inter` of the saved shard `src` into `dst`, which holds slice `target`. The
+// overlap is walked as runs contiguous in both layouts, in increasing source order, so every
+// needed chunk is decoded once and no other chunk is read.
+Status copy_overlap(codec::ChunkReader& reader, const TensorRecord& tensor, const ShardRecord& src,
+                    const Slice& target, const Slice& inter, size_t esize, std::byte* dst) {
+  const int nd = static_cast<int>(inter.len.size());
+  const uint64_t src_bytes = static_cast<uint64_t>(src.slice.elements()) * esize;
+  const uint64_t cb = src.chunk_bytes;
+  if (src.chunks.size() != (src_bytes + cb - 1) / cb) {
+    return data_loss("tensor '" + tensor.name + "' shard of rank " + std::to_string(src.rank) +
+                     ": " + std::to_string(src.chunks.size()) + " chunks for " +
+                     std::to_string(src_bytes) + " bytes");
+  }
+  int k = nd - 1;
+  while (k > 0 && inter.len[k] == src.slice.len[k] && inter.len[k] == target.len[k]) --k;
+  int64_t run = 1;
+  for (int d = std::max(k, 0); d < nd; ++d) run *= inter.len[d];
+  const auto ss = strides(src.slice), ts = strides(target);
+  std::vector<int64_t> idx(std::max(k, 0), 0);
+  std::string chunk;
+  int64_t cached = -1;
+  for (;;) {
+    int64_t so = 0, to = 0;
+    for (int d = 0; d < nd; ++d) {
+      const int64_t i = inter.offset[d] + (d < k ? idx[d] : 0);
+      so += (i - src.slice.offset[d]) * ss[d];
+      to += (i - target.offset[d]) * ts[d];
+    }
+    uint64_t s_byte = static_cast<uint64_t>(so) * esize;
+    uint64_t t_byte = static_cast<uint64_t>(to) * esize;
+    uint64_t left = static_cast<uint64_t>(run) * esize;
+    while (left > 0) {
+      const int64_t c = static_cast<int64_t>(s_byte / cb);
+      if (c != cached) {
+        const ChunkRecord& rec = src.chunks[c];
+        const uint64_t expect = std::min<uint64_t>(cb, src_bytes - c * cb);
+        if (rec.raw != expect) return data_loss("tensor '" + tensor.name + "': bad chunk size");
+        chunk.resize(rec.raw);
+        TSR_RETURN_IF_ERROR(reader.read(rec, chunk.data(),
+                                        "tensor '" + tensor.name + "' shard of rank " +
+                                            std::to_string(src.rank) + " chunk " +
+                                            std::to_string(c)));
+        cached = c;
+      }
+      const uint64_t in_chunk = s_byte - static_cast<uint64_t>(c) * cb;
+      const uint64_t n = std::min<uint64_t>(left, chunk.size() - in_chunk);
+      std::memcpy(dst + t_byte, chunk.data() + in_chunk, n);
+      s_byte += n;
+      t_byte += n;
+      left -= n;
+    }
+    int d = k - 1;
+    while (d >= 0 && ++idx[d] == inter.len[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+  return Status();
+}
+
+Status read_blob(codec::ChunkReader& reader, const BlobRecord& blob, std::string* out) {
+  out->clear();
+  std::string chunk;
+  for (size_t i = 0; i < blob.chunks.size(); ++i) {
+    chunk.resize(blob.chunks[i].raw);
+    TSR_RETURN_IF_ERROR(reader.read(blob.chunks[i], chunk.data(),
+                                    "blob '" + blob.name + "' chunk " + std::to_string(i)));
+    out->append(chunk);
+  }
+  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
+  return Status();
+}
+
+}  // namespace
+
+void Checkpointer::Impl::wait_idle() {
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return !busy; });
+}
+
+Status Checkpointer::Impl::load_step(int64_t step, Snapshot& staging, LoadResult* result) {
+  const CheckpointOptions& opt = self->options_;
+  const StateRegistry& reg = self->registry_;
+  const int rank = self->group_->rank();
+  TSR_ASSIGN_OR_RETURN(Manifest m, read_manifest(opt.dir, step));
+  TSR_RETURN_IF_ERROR(check_files(opt.dir, m));
+  if (m.delta) {
+    auto base_manifest = read_manifest(opt.dir, m.base_step);
+    if (!base_manifest.ok()) {
+      return base_manifest.status().with_context("base of delta step " + std::to_string(step));
+    }
+    TSR_RETURN_IF_ERROR(check_files(opt.dir, *base_manifest));
+  }
+  TSR_RETURN_IF_ERROR(reserve(staging, reg.total_tensor_bytes()));
+  codec::ChunkReader reader(opt.dir);
+  size_t offset = 0;
+  for (const TensorEntry& t : reg.tensors()) {
+    std::byte* dst = staging.data + offset;
+    offset += t.bytes();
+    const TensorRecord* rec = m.find_tensor(t.name);
+    if (rec == nullptr)
+      return not_found("tensor '" + t.name + "' is not in step " + std::to_string(step));
+    if (rec->dtype != hal::dtype_name(t.dtype) || rec->shape != t.shape) {
+      return invalid_argument("tensor '" + t.name + "': saved as " + rec->dtype +
+                              " of another "
+                              "shape or dtype than registered");
+    }
+    int64_t covered = 0;
+    for (const ShardRecord& s : rec->shards) {
+      Slice inter;
+      if (t.slice.elements() == 0 || !intersect(t.slice, s.slice, &inter)) continue;
+      covered += inter.elements();
+      TSR_RETURN_IF_ERROR(
+          copy_overlap(reader, *rec, s, t.slice, inter, hal::dtype_size(t.dtype), dst));
+    }
+    if (covered < t.slice.elements()) {
+      return data_loss("tensor '" + t.name + "' slice " + slice_text(t.slice) +
+                       " is not covered by the shards of step " + std::to_string(step));
+    }
+  }
+  staging.blobs.assign(reg.blobs().size(), std::string());
+  for (size_t i = 0; i < reg.blobs().size(); ++i) {
+    const std::string& name = reg.blobs()[i].name;
+    const BlobRecord* found = nullptr;
+    for (const BlobRecord& b : m.blobs) {
+      if (b.name != name) continue;
+      if (b.rank == rank)
+        found = &b;
+      else if (b.replicated && found == nullptr)
+        found = &b;
+    }
+    if (found == nullptr) {
+      return not_found("blob '" + name + "' of rank " + std::to_string(rank) + " is not in step " +
+                       std::to_string(step));
+    }
+    TSR_RETURN_IF_ERROR(read_blob(reader, *found, &staging.blobs[i]));
+  }
+  result->bytes_read = reader.bytes_read();
+  result->chunks_read = reader.chunks_read();
+  return Status();
+}
+
+Result<LoadResult> Checkpointer::load(const LoadOptions& options) {
+  impl_->wait_idle();
+  const auto t0 = std::chrono::steady_clock::now();
+  RankGroup& group = *group_;
+  // Rank 0 chooses the candidates so that every rank tries the same ones.
+  nlohmann::json mine = nlohmann::json::array();
+  std::string choose_error;
+  if (group.rank() == 0) {
+    if (options.step) {
+      mine.push_back(*options.step);
+    } else {
+      auto latest = read_latest(options_.dir);
+      if (latest.ok())
+        mine.push_back(*latest);
+      else if (!options.fallback)
+        choose_error = latest.status().message();
+      if (options.fallback) {
+        auto steps = list_steps(options_.dir);
+        if (steps.ok()) {
+          for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+            if (it->committed && (!latest.ok() || it->step < *latest)) mine.push_back(it->step);
+          }
+        }
+      }
+    }
+  }
+  TSR_ASSIGN_OR_RETURN(auto chosen,
+                       group.allgather(choose_error.empty() ? mine.dump() : "!" + choose_error));
+  if (chosen[0].rfind("!", 0) == 0) return not_found("load: " + chosen[0].substr(1));
+  const nlohmann::json parsed = nlohmann::json::parse(chosen[0], nullptr, false);
+  if (!parsed.is_array()) return internal_error("load: malformed candidate list from rank 0");
+  std::vector<int64_t> candidates;
+  for (const auto& c : parsed) {
+    if (!c.is_number_integer()) return internal_error("load: malformed candidate from rank 0");
+    candidates.push_back(c.get<int64_t>());
+  }
+  if (candidates.empty())
+    return not_found("load: no committed checkpoint in '" + options_.dir + "'");
+
+  Snapshot& staging = impl_->buffers[impl_->committed_buffer == 0 ? 1 : 0];
+  LoadResult result;
+  for (int64_t step : candidates) {
+    Status local = impl_->load_step(step, staging, &result);
+    TSR_ASSIGN_OR_RETURN(auto outcomes, group.allgather(local.ok() ? "" : local.to_string()));
+    std::string failure;
+    for (size_t r = 0; r < outcomes.size() && failure.empty(); ++r) {
+      if (!outcomes[r].empty()) failure = "rank " + std::to_string(r) + ": " + outcomes[r];
+    }
+    if (failure.empty()) {
+      TSR_RETURN_IF_ERROR(impl_->write_back(staging.data, staging.blobs));
+      result.step = step;
+      result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return result;
+    }
+    result.refused.push_back(step_dir_name(step) + ": " + failure);
+    TSR_LOG(kWarn, "ckpt") << "refused " << result.refused.back();
+    if (!options.fallback) {
+      return data_loss("checkpoint " + step_dir_name(step) + " refused: " + failure);
+    }
+  }
+  std::string all;
+  for (const auto& r : result.refused) all += (all.empty() ? "" : "; ") + r;
+  return data_loss("no loadable checkpoint in '" + options_.dir + "': " + all);
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,165 @@
+// A bad checkpoint is refused with an error naming the file (and chunk); an older one is loaded
+// only when asked (fallback), and reported. Faults injected at each commit point leave the last
+// committed checkpoint intact and training able to continue.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "support/model_state.h"
+#include "support/test_util.h"
+#include "tessera/checkpoint/checkpointer.h"
+#include "tessera/checkpoint/manifest.h"
+
+namespace tessera::ckpt {
+namespace {
+
+using testing::Layout;
+using testing::ModelState;
+using testing::ScratchDir;
+
+class CorruptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ck = open();
+    ModelState state;
+    ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 1).ok());
+    for (int64_t step : {1, 2}) {
+      state.fill(Layout{1, 1}, 0, step);
+      ASSERT_TRUE(ck->save_async(step).ok());
+      ASSERT_TRUE(ck->wait()->status.ok());
+    }
+  }
+  std::unique_ptr<Checkpointer> open(std::function<Status(FaultPoint)> hook = {}) {
+    CheckpointOptions o;
+    o.dir = dir_.path();
+    o.chunk_bytes = 1024;
+    o.fsync = false;
+    o.keep_last = 5;
+    o.fault_hook = std::move(hook);
+    return std::move(Checkpointer::create(o, std::make_shared<SingleRankGroup>())).value();
+  }
+  // Loads into fresh memory; on success checks the content is the pattern of the loaded step.
+  Result<LoadResult> load(bool fallback) {
+    auto ck = open();
+    ModelState state;
+    EXPECT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, -1).ok());
+    LoadOptions options;
+    options.fallback = fallback;
+    auto r = ck->load(options);
+    if (r.ok()) {
+      EXPECT_EQ(state.check(Layout{1, 1}, 0, r->step, 0), "");
+    }
+    return r;
+  }
+  void expect_refused_then_fallback(const std::string& needle) {
+    auto strict = load(false);
+    ASSERT_FALSE(strict.ok());
+    EXPECT_EQ(strict.status().code(), StatusCode::kDataLoss) << strict.status().to_string();
+    EXPECT_NE(strict.status().message().find(needle), std::string::npos)
+        << strict.status().message();
+    auto fallback = load(true);
+    ASSERT_TRUE(fallback.ok()) << fallback.status().to_string();
+    EXPECT_EQ(fallback->step, 1);
+    ASSERT_EQ(fallback->refused.size(), 1u);
+    EXPECT_NE(fallback->refused[0].find(needle), std::string::npos) << fallback->refused[0];
+  }
+  ScratchDir dir_{"corrupt"};
+};
+
+TEST_F(CorruptionTest, AnIntactCheckpointLoads) {
+  auto r = load(false);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->step, 2);
+}
+
+TEST_F(CorruptionTest, ATruncatedShardIsRefusedNamingTheFile) {
+  testing::truncate_to(dir_ / "step-2/rank-00000.shard", 100);
+  expect_refused_then_fallback("step-2/rank-00000.shard");
+}
+
+TEST_F(CorruptionTest, AFlippedByteInAShardIsRefusedNamingTheFileAndChunk) {
+  Manifest m = read_manifest(dir_.path(), 2).value();
+  const TensorRecord* w1 = m.find_tensor("w1");
+  ASSERT_NE(w1, nullptr);
+  ASSERT_GT(w1->shards[0].chunks.size(), 3u);
+  const ChunkLocation& where = w1->shards[0].chunks[3].data;
+  testing::flip_byte(dir_ / where.file, where.offset + where.stored / 2);
+  expect_refused_then_fallback("tensor 'w1' shard of rank 0 chunk 3");
+  auto strict = load(false);
+  EXPECT_NE(strict.status().message().find("step-2/rank-00000.shard"), std::string::npos)
+      << strict.status().message();
+}
+
+TEST_F(CorruptionTest, AFlippedByteInTheManifestIsRefused) {
+  const std::string path = dir_ / "step-2/manifest.json";
+  testing::flip_byte(path, std::filesystem::file_size(path) / 2);
+  expect_refused_then_fallback("step-2/manifest.json");
+}
+
+TEST_F(CorruptionTest, AMissingShardIsRefusedNamingTheFile) {
+  std::filesystem::remove(dir_ / "step-2/rank-00000.shard");
+  expect_refused_then_fallback("step-2/rank-00000.shard' is missing");
+}
+
+TEST_F(CorruptionTest, AStrayFileFromAnotherSaveIsRefusedNamingIt) {
+  std::filesystem::copy_file(dir_ / "step-1/rank-00000.shard", dir_ / "step-2/rank-00001.shard");
+  expect_refused_then_fallback("step-2/rank-00001.shard");
+}
+
+TEST_F(CorruptionTest, AMalformedLatestIsRefusedUnlessFallingBack) {
+  testing::flip_byte(dir_ / "latest", 0);
+  auto strict = load(false);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(strict.status().message().find("latest"), std::string::npos);
+  auto fallback = load(true);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().to_string();
+  EXPECT_EQ(fallback->step, 2);
+}
+
+class FaultPointTest : public CorruptionTest, public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(FaultPointTest, AFailedSaveLeavesTheLastCommittedCheckpointAndTrainingContinues) {
+  const FaultPoint point = GetParam();
+  auto ck =
+      open([point](FaultPoint at) { return at == point ? internal_error("injected") : Status(); });
+  ModelState state;
+  ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 3).ok());
+  ASSERT_TRUE(ck->save_async(3).ok());
+  SaveResult r = ck->wait().value();
+  if (point == FaultPoint::kDuringGc) {
+    // Committed and published before garbage collection; the fault only stops the cleanup.
+    EXPECT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(read_latest(dir_.path()).value(), 3);
+    return;
+  }
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.message().find(std::string(fault_point_name(point))), std::string::npos)
+      << r.status.message();
+  EXPECT_EQ(read_latest(dir_.path()).value(), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "step-3"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "step-3.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "latest.tmp"));
+  auto loaded = load(false);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->step, 2);
+  // Training continues: the next save commits.
+  auto again = open();
+  ModelState next;
+  ASSERT_TRUE(next.register_in(again->registry(), Layout{1, 1}, 0, 4).ok());
+  ASSERT_TRUE(again->save_async(4).ok());
+  EXPECT_TRUE(again->wait()->status.ok());
+  EXPECT_EQ(read_latest(dir_.path()).value(), 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, FaultPointTest,
+                         ::testing::Values(FaultPoint::kMidShard, FaultPoint::kAfterShards,
+                                           FaultPoint::kAfterManifest, FaultPoint::kDuringLatest,
+                                           FaultPoint::kDuringGc),
+                         [](const auto& p) {
+                           std::string name(fault_point_name(p.param));
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace tessera::ckpt

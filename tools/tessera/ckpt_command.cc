@@ -1,0 +1,365 @@
+// `tessera ckpt ls|inspect|verify|diff`: look into checkpoint directories written by
+// runtime/checkpoint. Every subcommand takes --json. Exit status: 0 success (diff: identical),
+// 1 verification failed or (diff) the checkpoints differ, 2 bad arguments or unreadable input.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+
+#ifdef TESSERA_HAVE_CHECKPOINT
+#include "format.h"
+#include "tessera/checkpoint/checkpointer.h"
+#include "tessera/checkpoint/manifest.h"
+#endif
+
+namespace tessera::tools {
+
+#ifndef TESSERA_HAVE_CHECKPOINT
+
+void add_ckpt_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("ckpt", "Inspect checkpoints (not built: needs zstd, xxhash)");
+  cmd->allow_extras();
+  cmd->callback([] {
+    std::fprintf(stderr,
+                 "tessera ckpt: this build has no checkpointer (libzstd-dev and libxxhash-dev "
+                 "were not found; see scripts/setup.sh)\n");
+    throw CLI::RuntimeError(2);
+  });
+}
+
+#else
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+namespace fsys = std::filesystem;
+
+[[noreturn]] void fail(const std::string& sub, const Status& status, int code = 2) {
+  std::fprintf(stderr, "tessera ckpt %s: %s\n", sub.c_str(), status.to_string().c_str());
+  throw CLI::RuntimeError(code);
+}
+
+// "DIR" (the step `latest` names, or every step with all=true) or "DIR/step-N".
+struct Target {
+  std::string root;
+  std::vector<int64_t> steps;
+};
+
+Target resolve(const std::string& sub, const std::string& path, bool all_steps) {
+  fsys::path p = fsys::path(path).lexically_normal();
+  if (p.has_filename() == false) p = p.parent_path();
+  const std::string name = p.filename().string();
+  if (name.rfind("step-", 0) == 0 && fsys::exists(p / "manifest.json")) {
+    const std::string digits = name.substr(5);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
+      return Target{p.parent_path().string(), {std::stoll(digits)}};
+    }
+  }
+  if (!fsys::is_directory(p)) fail(sub, not_found("'" + path + "' is not a directory"));
+  Target t{p.string(), {}};
+  if (all_steps) {
+    auto steps = ckpt::list_steps(t.root);
+    if (!steps.ok()) fail(sub, steps.status());
+    for (const auto& s : *steps) {
+      if (s.committed) t.steps.push_back(s.step);
+    }
+    if (t.steps.empty()) fail(sub, not_found("no committed checkpoint in '" + path + "'"));
+    return t;
+  }
+  auto latest = ckpt::read_latest(t.root);
+  if (!latest.ok()) fail(sub, latest.status());
+  t.steps.push_back(*latest);
+  return t;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+uint64_t tensor_raw(const ckpt::TensorRecord& t) {
+  uint64_t n = 0;
+  for (const auto& s : t.shards) {
+    for (const auto& c : s.chunks) n += c.raw;
+  }
+  return n;
+}
+
+void run_ls(const std::string& dir, bool json) {
+  auto steps = ckpt::list_steps(dir);
+  if (!steps.ok()) fail("ls", steps.status());
+  auto latest = ckpt::read_latest(dir);
+  Json out = Json::array();
+  Table table({"step", "state", "kind", "size", "ranks", "layout"});
+  for (const auto& s : *steps) {
+    Json row = {{"step", s.step},
+                {"dir", s.dir},
+                {"committed", s.committed},
+                {"latest", latest.ok() && *latest == s.step && s.committed}};
+    std::string kind = "-", size = "-", ranks = "-", layout = "-";
+    if (s.committed) {
+      auto m = ckpt::read_manifest(dir, s.step);
+      if (m.ok()) {
+        row["kind"] = m->delta ? "delta" : "full";
+        if (m->delta) row["base_step"] = m->base_step;
+        row["bytes"] = m->bytes_stored();
+        row["raw_bytes"] = m->bytes_raw();
+        row["world_size"] = m->world_size;
+        row["layout"] = m->layout;
+        kind = m->delta ? "delta of " + std::to_string(m->base_step) : "full";
+        size = format_bytes(m->bytes_stored());
+        ranks = std::to_string(m->world_size);
+        layout = m->layout.empty() ? "-" : m->layout;
+      } else {
+        row["error"] = m.status().to_string();
+        kind = "unreadable manifest";
+      }
+    }
+    out.push_back(row);
+    table.add({std::to_string(s.step),
+               s.committed ? (row["latest"].get<bool>() ? "committed, latest" : "committed")
+                           : "unfinished (.tmp)",
+               kind, size, ranks, layout});
+  }
+  if (json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << table.to_string();
+  }
+}
+
+Json manifest_summary(const ckpt::Manifest& m, bool shards) {
+  Json j = {{"step", m.step},
+            {"kind", m.delta ? "delta" : "full"},
+            {"base_step", m.base_step},
+            {"world_size", m.world_size},
+            {"layout", m.layout},
+            {"created_unix_s", m.created_unix_s},
+            {"bytes", m.bytes_stored()},
+            {"raw_bytes", m.bytes_raw()}};
+  j["metadata"] = Json::object();
+  for (const auto& [k, v] : m.metadata) j["metadata"][k] = v;
+  j["tensors"] = Json::array();
+  for (const auto& t : m.tensors) {
+    Json tj = {{"name", t.name},
+               {"dtype", t.dtype},
+               {"shape", t.shape},
+               {"bytes", tensor_raw(t)},
+               {"shards", t.shards.size()}};
+    if (shards) {
+      tj["shard_list"] = Json::array();
+      for (const auto& s : t.shards) {
+        std::map<std::string, int> encodings;
+        for (const auto& c : s.chunks) ++encodings[c.enc];
+        tj["shard_list"].push_back({{"rank", s.rank},
+                                    {"offset", s.slice.offset},
+                                    {"len", s.slice.len},
+                                    {"chunks", s.chunks.size()},
+                                    {"encodings", encodings}});
+      }
+    }
+    j["tensors"].push_back(std::move(tj));
+  }
+  j["blobs"] = Json::array();
+  for (const auto& b : m.blobs) {
+    j["blobs"].push_back(
+        {{"name", b.name}, {"rank", b.rank}, {"replicated", b.replicated}, {"size", b.size}});
+  }
+  j["files"] = Json::array();
+  for (const auto& f : m.files) {
+    j["files"].push_back(
+        {{"name", f.name}, {"size", f.size}, {"checksum", ckpt::hex64(f.checksum)}});
+  }
+  return j;
+}
+
+void run_inspect(const std::string& path, bool json) {
+  Target t = resolve("inspect", path, false);
+  auto m = ckpt::read_manifest(t.root, t.steps[0]);
+  if (!m.ok()) fail("inspect", m.status());
+  if (json) {
+    std::cout << manifest_summary(*m, true).dump(2) << "\n";
+    return;
+  }
+  std::cout << ckpt::step_dir_name(m->step) << ": "
+            << (m->delta ? "delta of step " + std::to_string(m->base_step) : "full") << ", "
+            << m->world_size << (m->world_size == 1 ? " rank, " : " ranks, ")
+            << format_bytes(m->bytes_stored()) << " stored for " << format_bytes(m->bytes_raw())
+            << " of state" << (m->layout.empty() ? "" : ", layout " + m->layout) << "\n";
+  for (const auto& [k, v] : m->metadata) std::cout << "  " << k << " = " << v << "\n";
+  Table tensors({"tensor", "dtype", "shape", "bytes", "shards (rank slice chunks)"});
+  for (const auto& tr : m->tensors) {
+    std::string shards;
+    for (const auto& s : tr.shards) {
+      shards += (shards.empty() ? "" : "  ") + std::to_string(s.rank) + ":" +
+                ckpt::slice_text(s.slice) + "x" + std::to_string(s.chunks.size());
+    }
+    tensors.add({tr.name, tr.dtype, shape_text(tr.shape), format_bytes(tensor_raw(tr)), shards});
+  }
+  std::cout << tensors.to_string();
+  for (const auto& b : m->blobs) {
+    std::cout << "blob " << b.name << " (rank " << b.rank << (b.replicated ? ", replicated" : "")
+              << "): " << b.size << " bytes\n";
+  }
+}
+
+void run_verify(const std::string& path, bool json) {
+  Target t = resolve("verify", path, true);
+  const bool bar = !json && ::isatty(STDERR_FILENO);
+  Json out = Json::array();
+  bool all_ok = true;
+  for (int64_t step : t.steps) {
+    Status status;
+    auto m = ckpt::read_manifest(t.root, step);
+    if (!m.ok()) {
+      status = m.status();
+    } else {
+      status = ckpt::verify_checkpoint(t.root, *m, [&](uint64_t done, uint64_t total) {
+        if (!bar || total == 0) return;
+        const int width = 40, filled = static_cast<int>(width * done / total);
+        std::fprintf(stderr, "\r%s [%s%s] %3d%%", ckpt::step_dir_name(step).c_str(),
+                     std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                     static_cast<int>(100 * done / total));
+      });
+      if (bar) std::fprintf(stderr, "\r%60s\r", "");
+    }
+    all_ok = all_ok && status.ok();
+    out.push_back(
+        {{"step", step}, {"ok", status.ok()}, {"error", status.ok() ? "" : status.to_string()}});
+    if (!json) {
+      if (status.ok()) {
+        std::cout << ckpt::step_dir_name(step) << ": OK\n";
+      } else {
+        std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", ckpt::step_dir_name(step).c_str(),
+                     status.to_string().c_str());
+      }
+    }
+  }
+  if (json) std::cout << out.dump(2) << "\n";
+  if (!all_ok) throw CLI::RuntimeError(1);
+}
+
+// Reads one whole tensor of a checkpoint into memory (resharding whatever layout it has).
+Result<std::vector<std::byte> > read_whole(const std::string& root, int64_t step,
+                                           const ckpt::TensorRecord& t) {
+  ckpt::CheckpointOptions o;
+  o.dir = root;
+  TSR_ASSIGN_OR_RETURN(auto ck,
+                       ckpt::Checkpointer::create(o, std::make_shared<ckpt::SingleRankGroup>()));
+  auto dtype = hal::parse_dtype(t.dtype);
+  if (!dtype) return data_loss("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+  const ckpt::Slice whole = ckpt::full_slice(t.shape);
+  std::vector<std::byte> data(static_cast<size_t>(whole.elements()) * hal::dtype_size(*dtype));
+  TSR_RETURN_IF_ERROR(ck->registry().add_host_tensor(t.name, *dtype, t.shape, whole, data.data()));
+  ckpt::LoadOptions lo;
+  lo.step = step;
+  TSR_ASSIGN_OR_RETURN(auto loaded, ck->load(lo));
+  return data;
+}
+
+void run_diff(const std::string& a, const std::string& b, bool json) {
+  Target ta = resolve("diff", a, false), tb = resolve("diff", b, false);
+  auto ma = ckpt::read_manifest(ta.root, ta.steps[0]);
+  if (!ma.ok()) fail("diff", ma.status());
+  auto mb = ckpt::read_manifest(tb.root, tb.steps[0]);
+  if (!mb.ok()) fail("diff", mb.status());
+  Json out = Json::array();
+  bool same = true;
+  auto note = [&](const std::string& name, const std::string& what, Json extra = Json::object()) {
+    same = same && what == "same";
+    extra["tensor"] = name;
+    extra["result"] = what;
+    out.push_back(extra);
+    if (!json) std::cout << name << ": " << what << "\n";
+  };
+  for (const auto& t : ma->tensors) {
+    const ckpt::TensorRecord* u = mb->find_tensor(t.name);
+    if (u == nullptr) {
+      note(t.name, "only in A");
+      continue;
+    }
+    if (u->dtype != t.dtype || u->shape != t.shape) {
+      note(t.name, "differs in dtype or shape: " + t.dtype + shape_text(t.shape) + " vs " +
+                       u->dtype + shape_text(u->shape));
+      continue;
+    }
+    auto da = read_whole(ta.root, ta.steps[0], t);
+    if (!da.ok()) fail("diff", da.status());
+    auto db = read_whole(tb.root, tb.steps[0], *u);
+    if (!db.ok()) fail("diff", db.status());
+    const size_t esize = hal::dtype_size(*hal::parse_dtype(t.dtype));
+    uint64_t differing = 0;
+    int64_t first = -1;
+    for (size_t e = 0; e * esize < da->size(); ++e) {
+      if (std::memcmp(da->data() + e * esize, db->data() + e * esize, esize) != 0) {
+        if (first < 0) first = static_cast<int64_t>(e);
+        ++differing;
+      }
+    }
+    if (differing == 0) {
+      note(t.name, "same");
+    } else {
+      note(t.name,
+           "differs in " + std::to_string(differing) + " of " + std::to_string(da->size() / esize) +
+               " elements (first at flat index " + std::to_string(first) + ")",
+           {{"differing_elements", differing}, {"first_index", first}});
+    }
+  }
+  for (const auto& u : mb->tensors) {
+    if (ma->find_tensor(u.name) == nullptr) note(u.name, "only in B");
+  }
+  if (json) std::cout << out.dump(2) << "\n";
+  if (!same) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("ckpt", "List, inspect, verify and compare checkpoints");
+  cmd->require_subcommand(1);
+  struct Args {
+    std::string path, other;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* ls = cmd->add_subcommand("ls",
+                                     "Steps in a checkpoint directory: committed or not, "
+                                     "full or delta, size, layout");
+  ls->add_option("dir", args->path, "Checkpoint directory")->required();
+  ls->add_flag("--json", args->json, "Print JSON for machines");
+  ls->callback([args] { run_ls(args->path, args->json); });
+
+  CLI::App* inspect = cmd->add_subcommand("inspect", "Tensors, shapes and shards of DIR[/step-N]");
+  inspect->add_option("path", args->path, "DIR (the latest step) or DIR/step-N")->required();
+  inspect->add_flag("--json", args->json, "Print JSON for machines");
+  inspect->callback([args] { run_inspect(args->path, args->json); });
+
+  CLI::App* verify = cmd->add_subcommand(
+      "verify",
+      "Check every checksum of DIR (every committed step) or DIR/step-N; names the "
+      "file and chunk that fail and exits 1");
+  verify->add_option("path", args->path, "DIR or DIR/step-N")->required();
+  verify->add_flag("--json", args->json, "Print JSON for machines");
+  verify->callback([args] { run_verify(args->path, args->json); });
+
+  CLI::App* diff = cmd->add_subcommand(
+      "diff", "Compare the tensors of two checkpoints (any layouts); exits 1 when they differ");
+  diff->add_option("a", args->path, "DIR or DIR/step-N")->required();
+  diff->add_option("b", args->other, "DIR or DIR/step-N")->required();
+  diff->add_flag("--json", args->json, "Print JSON for machines");
+  diff->callback([args] { run_diff(args->path, args->other, args->json); });
+}
+
+#endif  // TESSERA_HAVE_CHECKPOINT
+
+}  // namespace tessera::tools
