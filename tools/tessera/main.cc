@@ -12,7 +12,10 @@ int main(int argc, char** argv) {
       "tessera"};
   app.require_subcommand(1);
   app.fallthrough();
+  tessera::tools::add_bench_coll_command(app);
+  tessera::tools::add_ckpt_command(app);
   tessera::tools::add_devices_command(app);
+  tessera::tools::add_launch_command(app);
   tessera::tools::add_plan_command(app);
   tessera::tools::add_probe_command(app);
   tessera::tools::add_version_command(app);

@@ -87,10 +87,18 @@ Status errno_error(const std::string& what, const std::string& name) {
   return unavailable("shared memory " + what + " '" + name + "': " + std::strerror(errno));
 }
 
-// Chunk `k` of a message of `bytes` bytes, chunked by `slot_bytes`; a 0-byte message is one
-// empty chunk.
-size_t num_chunks(size_t bytes, size_t slot_bytes) {
-  return bytes == 0 ? 1 : (bytes + slot_bytes - 1) / slot_bytes;
+// The chunk size for a message of `bytes`: about an eighth of it, so that even a mid-sized
+// message is cut into enough chunks for the sender's copy and the receiver's copy or reduction
+// to overlap, within [16 KiB, slot size], in whole 4 KiB pages. Both sides compute it from the
+// message size, which they agree on.
+size_t chunk_bytes(size_t bytes, size_t slot_bytes) {
+  const size_t eighth = (bytes / 8 + 4095) / 4096 * 4096;
+  return std::min(slot_bytes, std::max<size_t>(eighth, 16 << 10));
+}
+
+// Chunks of a message of `bytes` bytes; a 0-byte message is one empty chunk.
+size_t num_chunks(size_t bytes, size_t chunk) {
+  return bytes == 0 ? 1 : (bytes + chunk - 1) / chunk;
 }
 
 // The kernel's shmem THP policy: "[never]" and "[deny]" ignore madvise(MADV_HUGEPAGE).
@@ -294,11 +302,12 @@ Status ShmTransport::progress_send(P2P& op) {
     }
     return Status();
   }
-  const uint64_t chunks = num_chunks(op.bytes, config_.slot_bytes);
+  const size_t chunk = chunk_bytes(op.bytes, config_.slot_bytes);
+  const uint64_t chunks = num_chunks(op.bytes, chunk);
   uint64_t head = f.counters->head.load(std::memory_order_relaxed);
   while (op.private_[0] < chunks && slot_free(f, peer_index, head)) {
     SlotHeader* slot = f.slot_header(head);
-    const size_t n = std::min(config_.slot_bytes, op.bytes - op.moved);
+    const size_t n = std::min(chunk, op.bytes - op.moved);
     slot->wire = op.header;
     slot->bytes = n;
     if (op.bytes <= kInlineBytes) {
@@ -331,13 +340,14 @@ Status ShmTransport::progress_send(P2P& op) {
 
 Status ShmTransport::progress_recv(P2P& op) {
   const FifoView f = fifo(base_, config_, local_index(op.peer), my_index_);
-  const uint64_t chunks = num_chunks(op.bytes, config_.slot_bytes);
+  const size_t chunk = chunk_bytes(op.bytes, config_.slot_bytes);
+  const uint64_t chunks = num_chunks(op.bytes, chunk);
   uint64_t tail = f.counters->tail.load(std::memory_order_relaxed);
   const size_t element = dtype_bytes(op.dtype);
   while (op.private_[0] < chunks &&
          f.slot_header(tail)->stamp.load(std::memory_order_acquire) == tail + 1) {
     const SlotHeader* slot = f.slot_header(tail);
-    const size_t expected = std::min(config_.slot_bytes, op.bytes - op.moved);
+    const size_t expected = std::min(chunk, op.bytes - op.moved);
     if (!header_matches(slot->wire, op.header)) {
       return header_mismatch(slot->wire, op.header, config_.rank);
     }
