@@ -23,6 +23,8 @@ namespace {
 
 // Chunks at least this large are written with streaming stores.
 constexpr size_t kStreamingChunk = 16 << 10;
+// Received messages at least this large are written to their destination with streaming stores.
+constexpr size_t kStreamingMessage = size_t(4) << 20;
 constexpr uint64_t kMagic = 0x54455353'53484d31ull;  // "TESSSHM1"
 constexpr size_t kLine = 64;
 
@@ -399,8 +401,10 @@ Status ShmTransport::progress_recv(P2P& op) {
       const char* local = static_cast<const char*>(op.src) + op.moved;
       // Large chunks go out with streaming stores, which skip reading the destination lines
       // first; an in-place reduction's destination is already in cache, so it stays ordinary.
-      const bool streaming =
-          expected >= kStreamingChunk && (op.kind == P2P::Kind::kRecv || local != dst);
+      // (Messages that fit in cache keep their result there: the next step, the allgather of a
+      // ring, sends it from this core.)
+      const bool streaming = expected >= kStreamingChunk && op.bytes >= kStreamingMessage &&
+                             (op.kind == P2P::Kind::kRecv || local != dst);
       if (op.kind == P2P::Kind::kRecv) {
         host::store_block(dst, data, expected, streaming);
       } else {
