@@ -40,8 +40,7 @@ static inline float tsr_f16_to_f32(ushort h) {
   const uint inf_nan = shifted + 0x70000000u;
   // Zero/subnormal: 2^-14 * (1 + m/1024) - 2^-14, exact, both operands normal.
   const uint subnormal = as_uint(as_float(shifted + 0x38800000u) - 6.103515625e-05f);
-  const uint magnitude =
-      exponent == 0x0f800000u ? inf_nan : (exponent == 0u ? subnormal : normal);
+  const uint magnitude = exponent == 0x0f800000u ? inf_nan : (exponent == 0u ? subnormal : normal);
   return as_float(sign | magnitude);
 }
 
@@ -80,7 +79,7 @@ static inline float tsr_i64_to_f32_round_odd(long value) {
   if (magnitude < (1ul << 24)) return (float)value;
   const int shift = 64 - (int)clz(magnitude) - 24;  // keep 24 significant bits
   ulong kept = magnitude >> shift;
-  kept |= (magnitude & ((1ul << shift) - 1ul)) != 0ul ? 1ul : 0ul;  // sticky bit
+  kept |= (magnitude & ((1ul << shift) - 1ul)) != 0ul ? 1ul : 0ul;         // sticky bit
   const float result = (float)kept * as_float((uint)(127 + shift) << 23);  // exact
   return value < 0 ? -result : result;
 }
@@ -99,12 +98,12 @@ static inline float tsr_f64_to_f32_round_odd(double value) {
 
 // MIN/MAX on floats: NaN if either is NaN, else the smaller/larger (the first on ties), as the
 // host backend's nan_min/nan_max.
-#define TSR_DEFINE_NAN_MIN_MAX(A)                         \
-  static inline A tsr_nan_min_##A(A a, A b) {             \
-    return a != a ? a : ((b < a || b != b) ? b : a);      \
-  }                                                       \
-  static inline A tsr_nan_max_##A(A a, A b) {             \
-    return a != a ? a : ((b > a || b != b) ? b : a);      \
+#define TSR_DEFINE_NAN_MIN_MAX(A)                    \
+  static inline A tsr_nan_min_##A(A a, A b) {        \
+    return a != a ? a : ((b < a || b != b) ? b : a); \
+  }                                                  \
+  static inline A tsr_nan_max_##A(A a, A b) {        \
+    return a != a ? a : ((b > a || b != b) ? b : a); \
   }
 
 // Float -> integer: truncate toward zero, saturate, NaN -> 0 (the host's float_to_int). LOW and
