@@ -65,15 +65,16 @@ Result<CommOptions> resolve(CommOptions options) {
   return options;
 }
 
-std::atomic<uint64_t> world_count{0};
-
 Result<std::shared_ptr<Communicator>> create_world(std::shared_ptr<Bootstrap> bootstrap,
                                                    std::optional<hal::Device> device,
                                                    CommOptions options) {
   if (!bootstrap) return invalid_argument("Communicator::create: bootstrap is null");
   TSR_ASSIGN_OR_RETURN(options, resolve(std::move(options)));
   CommImpl::CreateArgs args;
-  const uint64_t index = world_count++;
+  // Per bootstrap and generation: a restarted rank's first communicator of generation g has the
+  // same uid (hence store keys, shared-memory segment and UCX ids) as the survivors' first one of
+  // g, and nothing of an older generation can collide with it.
+  const uint64_t index = bootstrap->next_world_index();
   args.uid = "g" + std::to_string(bootstrap->info().generation) + "w" + std::to_string(index);
   args.bootstrap = bootstrap;
   args.device = std::move(device);

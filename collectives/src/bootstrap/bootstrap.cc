@@ -1,6 +1,8 @@
 // Bootstrap over a Store (TCP or in-process), and from_environment(), which picks the store the
 // launcher implies.
 #include <algorithm>
+#include <charconv>
+#include <thread>
 
 #include "internal.h"
 #include "socket.h"
@@ -13,11 +15,13 @@ namespace {
 class StoreBootstrap final : public Bootstrap {
  public:
   StoreBootstrap(LaunchInfo info, std::unique_ptr<Store> store,
-                 std::unique_ptr<TcpStoreServer> server, BootstrapOptions options)
+                 std::unique_ptr<TcpStoreServer> server, BootstrapOptions options,
+                 bool elastic = true)
       : info_(std::move(info)),
         server_(std::move(server)),
         store_(std::move(store)),
-        options_(options) {}
+        options_(options),
+        elastic_(elastic) {}
 
   const LaunchInfo& info() const override { return info_; }
   Store& store() override { return *store_; }
@@ -68,13 +72,63 @@ class StoreBootstrap final : public Bootstrap {
     return gathered.status();
   }
 
+  Result<int> next_generation(std::chrono::milliseconds timeout) override;
+
  private:
-  const LaunchInfo info_;
+  LaunchInfo info_;  // only next_generation() changes it (its generation)
   // Declared before the store so the client disconnects before the server stops.
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<Store> store_;
   const BootstrapOptions options_;
+  const bool elastic_;  // false for the single rank without a launcher: nobody restarts it
 };
+
+// Polls kGenerationKey: a get parks on the server while the key is absent (tessera launch sets it
+// at start-up, so that is rare), and a present but not yet newer value is re-read every 10 ms.
+// Polling, rather than a key per generation, also sees a generation that skipped one (two
+// restarts before this survivor looked).
+Result<int> StoreBootstrap::next_generation(std::chrono::milliseconds timeout) {
+  const int current = info_.generation;
+  const std::string what = "rank " + std::to_string(info_.rank) + " waiting for generation " +
+                           std::to_string(current + 1) + " (store key '" +
+                           std::string(kGenerationKey) + "')";
+  if (!elastic_) {
+    return unimplemented(what + ": a single rank started without a launcher has no restarts");
+  }
+  const auto deadline = detail::Clock::now() + timeout;
+  std::string last = "not set";
+  for (;;) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - detail::Clock::now());
+    if (left.count() < 0) left = std::chrono::milliseconds(0);
+    auto value = store_->get(kGenerationKey, std::min(left, std::chrono::milliseconds(200)));
+    if (value.ok()) {
+      int generation = 0;
+      const char* end = value->data() + value->size();
+      auto [ptr, ec] = std::from_chars(value->data(), end, generation);
+      if (ec != std::errc() || ptr != end) {
+        return internal_error(what + ": the store holds '" + *value + "', not a generation");
+      }
+      if (generation > current) {
+        info_.generation = generation;
+        auto rank = store_->get(kRestartedRankKey, std::chrono::milliseconds(0));
+        TSR_LOG(kInfo, "coll") << "bootstrap: rank " << info_.rank << " moves to generation "
+                               << generation << " (restarted rank: "
+                               << (rank.ok() ? *rank : std::string("unknown")) << ")";
+        return generation;
+      }
+      last = "'" + *value + "'";
+    } else if (value.status().code() != StatusCode::kDeadlineExceeded) {
+      return value.status().with_context(what);
+    }
+    if (detail::Clock::now() >= deadline) {
+      return deadline_exceeded(what + ": no restart within " + std::to_string(timeout.count()) +
+                               " ms (the key is " + last +
+                               "; is the launcher out of --max-restarts, or not tessera launch?)");
+    }
+    if (value.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 Result<std::shared_ptr<Bootstrap>> tcp_bootstrap(LaunchInfo info, BootstrapOptions options,
                                                  bool host_here) {
@@ -103,6 +157,22 @@ Result<std::shared_ptr<Bootstrap>> tcp_bootstrap(LaunchInfo info, BootstrapOptio
 
 }  // namespace
 
+Result<int> Bootstrap::next_generation(std::chrono::milliseconds /*timeout*/) {
+  return unimplemented("rank " + std::to_string(info().rank) + " (" +
+                       std::string(launcher_name(info().launcher)) +
+                       " bootstrap): next_generation needs a store-based bootstrap (tessera "
+                       "launch); this bootstrap cannot re-form after a restart");
+}
+
+uint64_t Bootstrap::next_world_index() {
+  std::lock_guard lock(world_index_mutex_);
+  if (world_index_generation_ != info().generation) {
+    world_index_generation_ = info().generation;
+    world_index_ = 0;
+  }
+  return world_index_++;
+}
+
 std::shared_ptr<Bootstrap> Bootstrap::from_parts(LaunchInfo info, std::unique_ptr<Store> store,
                                                  BootstrapOptions options) {
   return std::make_shared<StoreBootstrap>(std::move(info), std::move(store), nullptr, options);
@@ -121,7 +191,8 @@ Result<std::shared_ptr<Bootstrap>> Bootstrap::from_environment(BootstrapOptions 
     default: break;
   }
   if (info.size == 1 && info.store_host.empty()) {
-    return from_parts(std::move(info), detail::make_memory_store(), options);
+    return std::shared_ptr<Bootstrap>(std::make_shared<StoreBootstrap>(
+        std::move(info), detail::make_memory_store(), nullptr, options, /*elastic=*/false));
   }
   bool host_here = false;
   if (info.launcher == Launcher::kSlurm) {

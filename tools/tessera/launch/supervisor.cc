@@ -80,6 +80,7 @@ class Job {
   void flush(Stream& s);
   void reap();
   void on_rank_exit(int rank, int status);
+  void publish(std::string_view key, int value);
   void stop(int signo);
   void signal_groups(int signo);
   int running_count() const;
@@ -88,6 +89,7 @@ class Job {
   std::vector<RankProc> ranks_;
   std::list<Stream> streams_;
   std::unique_ptr<coll::TcpStoreServer> store_;
+  std::unique_ptr<coll::Store> self_store_;  // a client of store_, to publish restarts
   std::string program_;
   std::vector<std::string> base_env_;
   int generation_ = 0;
@@ -262,6 +264,12 @@ void Job::on_rank_exit(int rank, int status) {
     ++restarts_used_;
     ++generation_;
     ++r.restarts;
+    // Survivors keep running: they see the death as a collective error, abort, and wait in
+    // Bootstrap::next_generation for tessera/generation to move. Published before the spawn so
+    // the restarted rank never reaches the new generation's exchanges before they know of it.
+    publish(coll::kRestartedRankKey, rank);
+    publish(coll::kRestartsKey, restarts_used_);
+    publish(coll::kGenerationKey, generation_);
     say("rank " + std::to_string(rank) + " " + how + "; restarting it (restart " +
         std::to_string(restarts_used_) + " of " + std::to_string(o_.max_restarts) +
         ", TESSERA_GENERATION=" + std::to_string(generation_) + ")");
@@ -276,6 +284,12 @@ void Job::on_rank_exit(int rank, int status) {
            ? "; stopping the other " + std::to_string(others) + " rank" + (others > 1 ? "s" : "")
            : ""));
   stop(SIGTERM);
+}
+
+void Job::publish(std::string_view key, int value) {
+  if (!self_store_) return;
+  Status s = self_store_->set(key, std::to_string(value));
+  if (!s.ok()) say("cannot publish " + std::string(key) + " in the store: " + s.message());
 }
 
 void Job::reap() {
@@ -304,6 +318,14 @@ int Job::run() {
   store_ = std::move(*store);
   auto gen = env::get_int("TESSERA_GENERATION", 0);
   generation_ = gen.ok() ? static_cast<int>(*gen) : 0;
+  auto self = coll::connect_tcp_store("127.0.0.1", store_->port(), std::chrono::seconds(5));
+  if (!self.ok()) {
+    say("cannot connect to the store it hosts: " + self.status().message());
+    return 1;
+  }
+  self_store_ = std::move(*self);
+  publish(coll::kGenerationKey, generation_);
+  publish(coll::kRestartsKey, 0);
   for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
   for (int r = 0; r < o_.nprocs; ++r) {  // bad device lists are found before anything starts
     auto env = rank_environment(o_, r, store_->port(), generation_, base_env_);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,12 @@ Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string
 Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
                                                  std::chrono::milliseconds timeout);
 
+// Keys `tessera launch` publishes in its store (decimal strings, not prefixed by a generation),
+// each set before the restarted rank is spawned; tessera/generation is also set at start-up.
+inline constexpr std::string_view kGenerationKey = "tessera/generation";  // current generation
+inline constexpr std::string_view kRestartedRankKey = "tessera/restarted_rank";  // latest restart
+inline constexpr std::string_view kRestartsKey = "tessera/restarts";  // restarts used in the job
+
 struct BootstrapOptions {
   std::chrono::milliseconds timeout{60000};  // connecting and every exchange
 };
@@ -94,6 +101,26 @@ class Bootstrap {
   virtual Result<std::vector<std::string>> allgather(std::string_view name,
                                                      std::string_view mine) = 0;
   virtual Status barrier(std::string_view name) = 0;
+
+  // Elastic recovery (docs/COLLECTIVES.md, "Elastic recovery"): waits until the store's
+  // kGenerationKey holds a generation greater than info().generation (the launcher restarted a
+  // failed rank), switches this bootstrap to it (every later exchange uses keys of that
+  // generation) and returns it. DEADLINE_EXCEEDED, naming the generation waited for, when no
+  // restart happens within `timeout`; UNIMPLEMENTED for PMIx and single-rank (no launcher)
+  // bootstraps. Survivors call it after aborting their communicators, then create new ones; a
+  // restarted rank does not call it (it starts in the new generation). Not thread-safe: no other
+  // call on this bootstrap (nor a communicator creation) may run concurrently.
+  virtual Result<int> next_generation(std::chrono::milliseconds timeout);
+
+  // Internal (Communicator::create): the index of the next world communicator of the current
+  // generation. It restarts at 0 in every generation, so the survivors' first communicator of a
+  // new generation and the restarted rank's first one get the same name. Thread-safe.
+  uint64_t next_world_index();
+
+ private:
+  std::mutex world_index_mutex_;
+  int world_index_generation_ = -1;
+  uint64_t world_index_ = 0;
 };
 
 }  // namespace tessera::coll

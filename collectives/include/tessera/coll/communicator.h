@@ -19,7 +19,8 @@
 // rank that dies is detected (local ranks through pidfds, remote ones through the transport), and
 // the pending and later operations of every survivor fail with an error naming the dead rank and
 // the operation. abort() unblocks everything; after a failure or an abort the communicator only
-// returns errors (create a new one, e.g. through a new bootstrap generation).
+// returns errors; re-form one after a restart with Bootstrap::next_generation and create()
+// (docs/COLLECTIVES.md, "Elastic recovery"). Destroying an aborted communicator never blocks.
 #pragma once
 
 #include <chrono>
