@@ -3,8 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include "cli_run.h"
+
 #include "support/model_state.h"
+#include "support/socket_rank_group.h"
 #include "support/test_util.h"
 #include "tessera/checkpoint/checkpointer.h"
 #include "tessera/checkpoint/manifest.h"
@@ -103,6 +106,150 @@ TEST_F(CkptCliTest, AMissingDirectoryIsOneLineAndExitTwo) {
   auto r = ckpt("inspect " + dir_.path() + "/nope");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("tessera ckpt inspect: NOT_FOUND"), std::string::npos) << r.err;
+}
+
+// `tessera ckpt reshard`: a checkpoint saved by 4 ranks under (tp=2, dp=2), rewritten offline for
+// other layouts and loaded there by 4 ranks.
+class CkptReshardTest : public ::testing::Test {
+ protected:
+  static CheckpointOptions options(const std::string& dir) {
+    CheckpointOptions o;
+    o.dir = dir;
+    o.chunk_bytes = 1024;
+    o.fsync = false;
+    return o;
+  }
+  // Every rank of `layout` loads `dir` and checks its slices are the state of step 10, bitwise.
+  static void load_and_check(const std::string& dir, Layout layout) {
+    auto exits = testing::run_ranks(layout.size(), [&](int rank, std::shared_ptr<RankGroup> g) {
+      auto ck = Checkpointer::create(options(dir), g);
+      ModelState state;
+      if (!ck.ok() || !state.register_in((*ck)->registry(), layout, rank, -1).ok()) return 3;
+      auto loaded = (*ck)->load();
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, loaded.status().to_string().c_str());
+        return 4;
+      }
+      const std::string diff = state.check(layout, rank, 10, rank < 4 ? rank : -1);
+      if (!diff.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, diff.c_str());
+      return diff.empty() ? 0 : 5;
+    });
+    for (size_t r = 0; r < exits.size(); ++r) {
+      EXPECT_EQ(exits[r].code, 0) << "rank " << r << " under tp=" << layout.tp;
+    }
+  }
+  void SetUp() override {
+    auto exits = testing::run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> g) {
+      CheckpointOptions o = options(src_.path());
+      o.layout = "tp=2 pp=1 dp=2 zero=1";
+      auto ck = Checkpointer::create(o, g);
+      ModelState state;
+      if (!ck.ok() || !state.register_in((*ck)->registry(), Layout{2, 2}, rank, 10).ok()) return 3;
+      if (!(*ck)->save_async(10).ok()) return 4;
+      auto r = (*ck)->wait();
+      return r.ok() && r->status.ok() ? 0 : 5;
+    });
+    for (const auto& e : exits) ASSERT_EQ(e.code, 0);
+  }
+  std::string plan(const std::string& name, const std::string& json) {
+    std::ofstream(work_ / name) << json;
+    return work_ / name;
+  }
+  ::tessera::testing::CliRun ckpt(const std::string& args) {
+    return run_cli(TESSERA_BIN, "ckpt", args);
+  }
+  ScratchDir src_{"reshard_src"};
+  ScratchDir work_{"reshard_work"};
+};
+
+TEST_F(CkptReshardTest, Tp2Dp2ToTp1Dp4ToTp4Dp1AndBackLoadsBitwise) {
+  // The output of `tessera plan --json` (trimmed): the best plan is used.
+  const std::string to14 = plan("p14.json",
+                                R"({"model": {"name": "m"}, "plans": [{"tp": 1, "pp": 1, "dp": 4,
+                                   "cp": 1, "ep": 1, "zero": 1, "stage_layers": [2]}]})");
+  const std::string to41 = plan("p41.json", R"({"tp": 4, "pp": 1, "dp": 1, "zero": 1})");
+  const std::string to22 = plan("p22.json", R"({"tp": 2, "pp": 1, "dp": 2, "zero": 1})");
+  auto a = ckpt("reshard " + src_.path() + " --to " + to14 + " --out " + (work_ / "b") + " --json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  auto j = nlohmann::json::parse(a.out);
+  EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["whole_tensors"], nlohmann::json::array({"bias", "scale"}));
+  Manifest b = read_manifest(work_ / "b", 10).value();
+  EXPECT_EQ(b.layout, "tp=1 pp=1 dp=4 zero=1");
+  EXPECT_EQ(b.find_tensor("w1")->shards.size(), 1u);      // replicated over dp: written once
+  EXPECT_EQ(b.find_tensor("adam_m")->shards.size(), 4u);  // ZeRO: one part per dp rank
+  ASSERT_TRUE(b.find_tensor("adam_m")->placement.has_value());
+  EXPECT_EQ(read_latest(work_ / "b").value(), 10);
+  load_and_check(work_ / "b", Layout{1, 4});
+
+  auto c = ckpt("reshard " + (work_ / "b") + "/step-10 --to " + to41 + " --out " + (work_ / "c"));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("tp=4 pp=1 dp=1 zero=1 (4 ranks)"), std::string::npos) << c.out;
+  EXPECT_EQ(read_manifest(work_ / "c", 10).value().find_tensor("w2")->shards.size(), 4u);
+  load_and_check(work_ / "c", Layout{4, 1});
+
+  auto d = ckpt("reshard " + (work_ / "c") + " --to " + to22 + " --out " + (work_ / "d"));
+  ASSERT_EQ(d.code, 0) << d.err;
+  load_and_check(work_ / "d", Layout{2, 2});
+  EXPECT_EQ(ckpt("verify " + (work_ / "d")).code, 0);
+  // Gathered whole, the round trip is the original, bitwise.
+  auto same = ckpt("diff " + src_.path() + " " + (work_ / "d"));
+  EXPECT_EQ(same.code, 0) << same.out << same.err;
+  auto whole = Checkpointer::create(options(work_ / "d"), std::make_shared<SingleRankGroup>());
+  ModelState gathered;
+  ASSERT_TRUE(gathered.register_in((*whole)->registry(), Layout{1, 1}, 0, -1).ok());
+  ASSERT_TRUE((*whole)->load().ok());
+  EXPECT_EQ(gathered.check(Layout{1, 1}, 0, 10, 0), "");
+}
+
+TEST_F(CkptReshardTest, BadInputIsRefusedNamingTheFileOrField) {
+  const std::string good = plan("good.json", R"({"tp": 1, "pp": 1, "dp": 4, "zero": 1})");
+  auto missing = ckpt("reshard " + (work_ / "nope") + " --to " + good + " --out " + (work_ / "o"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("nope' is not a checkpoint directory"), std::string::npos)
+      << missing.err;
+
+  std::filesystem::create_directories(src_ / "step-11.tmp");
+  auto uncommitted =
+      ckpt("reshard " + (src_ / "step-11.tmp") + " --to " + good + " --out " + (work_ / "o"));
+  EXPECT_EQ(uncommitted.code, 2);
+  EXPECT_NE(uncommitted.err.find("step-11' is not committed"), std::string::npos)
+      << uncommitted.err;
+
+  const std::string no_dp = plan("no_dp.json", R"({"plans": [{"tp": 1, "pp": 1, "zero": 1}]})");
+  auto field = ckpt("reshard " + src_.path() + " --to " + no_dp + " --out " + (work_ / "o"));
+  EXPECT_EQ(field.code, 2);
+  EXPECT_NE(field.err.find("no_dp.json': plans[0]: missing field 'dp'"), std::string::npos)
+      << field.err;
+
+  const std::string tp3 = plan("tp3.json", R"({"tp": 3, "pp": 1, "dp": 1, "zero": 0})");
+  auto divide = ckpt("reshard " + src_.path() + " --to " + tp3 + " --out " + (work_ / "o"));
+  EXPECT_EQ(divide.code, 2);
+  EXPECT_NE(divide.err.find("tensor 'w1': tp=3 does not divide dim 0 (extent 64)"),
+            std::string::npos)
+      << divide.err;
+
+  const std::string unknown =
+      plan("unknown.json", R"({"tp": 1, "pp": 1, "dp": 1, "zero": 0, "tensors": {"w9": {}}})");
+  auto name = ckpt("reshard " + src_.path() + " --to " + unknown + " --out " + (work_ / "o"));
+  EXPECT_EQ(name.code, 2);
+  EXPECT_NE(name.err.find("tensor 'w9'"), std::string::npos) << name.err;
+  EXPECT_FALSE(std::filesystem::exists(work_ / "o/step-10"));
+
+  // A corrupt source chunk: refused naming the file and chunk, nothing is published.
+  Manifest m = read_manifest(src_.path(), 10).value();
+  const ChunkLocation& where = m.find_tensor("w2")->shards[1].chunks[2].data;
+  testing::flip_byte(src_ / where.file, where.offset + 1);
+  auto corrupt = ckpt("reshard " + src_.path() + " --to " + good + " --out " + (work_ / "o"));
+  EXPECT_EQ(corrupt.code, 1);
+  EXPECT_NE(corrupt.err.find(where.file), std::string::npos) << corrupt.err;
+  EXPECT_NE(corrupt.err.find("tensor 'w2'"), std::string::npos) << corrupt.err;
+  EXPECT_FALSE(std::filesystem::exists(work_ / "o/step-10"));
+  EXPECT_FALSE(std::filesystem::exists(work_ / "o/step-10.tmp"));
+
+  auto itself = ckpt("reshard " + src_.path() + " --to " + good + " --out " + src_.path());
+  EXPECT_EQ(itself.code, 2);
+  EXPECT_NE(itself.err.find("is the source itself"), std::string::npos) << itself.err;
 }
 
 }  // namespace

@@ -58,6 +58,8 @@ CheckpointOptions options_for(const std::string& dir) {
   o.dir = dir;
   o.chunk_bytes = 1024;
   o.keep_last = 2;
+  // Tests run in parallel: a nice persist thread would wait for the other tests' CPU.
+  o.persist_priority = PersistPriority::kNormal;
   return o;
 }
 

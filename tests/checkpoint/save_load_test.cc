@@ -1,10 +1,16 @@
 // Single-rank behaviour of the checkpointer: round trips, device tensors through the HAL, the
 // busy policies, incremental saves, garbage collection and memory use over many saves.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
+#include <sstream>
 
 #include "support/model_state.h"
 #include "support/test_util.h"
@@ -35,7 +41,36 @@ CheckpointOptions small_options(const std::string& dir) {
   o.dir = dir;
   o.chunk_bytes = 1024;
   o.fsync = false;
+  // Tests run in parallel: a nice persist thread would wait for the other tests' CPU.
+  o.persist_priority = PersistPriority::kNormal;
   return o;
+}
+
+// The default persist priority lowers the checkpointer's own thread, and only that one.
+TEST(SaveLoad, ThePersistThreadRunsAtNice19AndTheCallerDoesNot) {
+  ScratchDir dir("nice");
+  CheckpointOptions o = small_options(dir.path());
+  o.persist_priority = PersistPriority::kNice;
+  const int caller_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  auto ck = make(o);
+  ModelState state;
+  ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 1).ok());
+  ASSERT_TRUE(ck->save_async(1).ok());
+  ASSERT_TRUE(ck->wait()->status.ok());
+  // Field 19 of /proc/self/task/TID/stat is the nice value; count the threads at 19.
+  int at_19 = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    if (field == "19") ++at_19;
+  }
+  if (caller_nice == 19) GTEST_SKIP() << "the test itself runs at nice 19";
+  EXPECT_EQ(at_19, 1) << "exactly the persist thread at nice 19";
+  EXPECT_EQ(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())), caller_nice);
 }
 
 TEST(SaveLoad, RoundTripsTensorsAndBlobsBitwise) {

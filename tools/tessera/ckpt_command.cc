@@ -1,14 +1,18 @@
-// `tessera ckpt ls|inspect|verify|diff`: look into checkpoint directories written by
-// runtime/checkpoint. Every subcommand takes --json. Exit status: 0 success (diff: identical),
-// 1 verification failed or (diff) the checkpoints differ, 2 bad arguments or unreadable input.
+// `tessera ckpt ls|inspect|verify|diff|reshard`: look into checkpoint directories written by
+// runtime/checkpoint, and rewrite one for another parallel layout. Every subcommand takes --json.
+// Exit status: 0 success (diff: identical), 1 verification failed or (diff) the checkpoints
+// differ, 2 bad arguments or unreadable input.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +23,7 @@
 #include "format.h"
 #include "tessera/checkpoint/checkpointer.h"
 #include "tessera/checkpoint/manifest.h"
+#include "tessera/checkpoint/reshard.h"
 #endif
 
 namespace tessera::tools {
@@ -322,6 +327,80 @@ void run_diff(const std::string& a, const std::string& b, bool json) {
   if (!same) throw CLI::RuntimeError(1);
 }
 
+struct ReshardArgs {
+  std::string src, plan, out;
+  int plan_index = 0;
+  int zstd_level = -1;
+  bool no_fsync = false, json = false;
+};
+
+void run_reshard(const ReshardArgs& a) {
+  // SRC is DIR (the step `latest` names) or DIR/step-N (also DIR/step-N.tmp, refused as
+  // uncommitted by the library with its own message).
+  ckpt::ReshardOptions o;
+  std::string root = a.src;
+  {
+    fsys::path p = fsys::path(a.src).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    std::string name = p.filename().string();
+    if (name.size() > 4 && name.ends_with(".tmp")) name.resize(name.size() - 4);
+    if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos) {
+      root = p.parent_path().string();
+      if (root.empty()) root = ".";
+      o.step = std::stoll(name.substr(5));
+    }
+  }
+  std::ifstream file(a.plan);
+  if (!file) fail("reshard", not_found("--to '" + a.plan + "': cannot read the file"));
+  std::stringstream text;
+  text << file.rdbuf();
+  auto layout =
+      ckpt::parse_layout_json(text.str(), "'" + a.plan + "'", a.plan_index, &o.placements);
+  if (!layout.ok()) fail("reshard", layout.status());
+  o.to = *layout;
+  o.zstd_level = a.zstd_level;
+  o.fsync = !a.no_fsync;
+  const bool bar = !a.json && ::isatty(STDERR_FILENO);
+  if (bar) {
+    o.progress = [](uint64_t done, uint64_t total) {
+      if (total == 0) return;
+      done = std::min(done, total);
+      const int width = 40, filled = static_cast<int>(width * done / total);
+      std::fprintf(stderr, "\rreshard [%s%s] %3d%%", std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), static_cast<int>(100 * done / total));
+    };
+  }
+  auto r = ckpt::reshard_checkpoint(root, a.out, o);
+  if (bar) std::fprintf(stderr, "\r%60s\r", "");
+  if (!r.ok()) fail("reshard", r.status(), r.status().code() == StatusCode::kDataLoss ? 1 : 2);
+  if (a.json) {
+    Json j = {{"step", r->step},
+              {"out", a.out},
+              {"layout", o.to.text()},
+              {"world_size", r->world_size},
+              {"bytes_read", r->bytes_read},
+              {"chunks_read", r->chunks_read},
+              {"bytes_written", r->bytes_written},
+              {"raw_bytes", r->bytes_raw},
+              {"whole_tensors", r->whole},
+              {"dropped_blobs", r->dropped_blobs}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << ckpt::step_dir_name(r->step) << " -> " << a.out << "/"
+            << ckpt::step_dir_name(r->step) << ": " << o.to.text() << " (" << r->world_size
+            << (r->world_size == 1 ? " rank), " : " ranks), ") << format_bytes(r->bytes_written)
+            << " written for " << format_bytes(r->bytes_raw) << ", read "
+            << format_bytes(r->bytes_read) << " in " << r->chunks_read << " chunks\n";
+  for (const auto& t : r->whole) {
+    std::cout << "note: tensor '" << t << "' has no placement: every rank holds it whole\n";
+  }
+  for (const auto& b : r->dropped_blobs) {
+    std::cout << "note: blob " << b << " dropped (no such rank in the new layout)\n";
+  }
+}
+
 }  // namespace
 
 void add_ckpt_command(CLI::App& app) {
@@ -358,6 +437,30 @@ void add_ckpt_command(CLI::App& app) {
   diff->add_option("b", args->other, "DIR or DIR/step-N")->required();
   diff->add_flag("--json", args->json, "Print JSON for machines");
   diff->callback([args] { run_diff(args->path, args->other, args->json); });
+
+  auto rs = std::make_shared<ReshardArgs>();
+  CLI::App* reshard =
+      cmd->add_subcommand("reshard",
+                          "Rewrite a committed checkpoint for another parallel layout (offline): "
+                          "tessera ckpt reshard SRC[/step-N] --to PLAN.json --out DST");
+  reshard->footer(
+      "PLAN.json: the output of `tessera plan --json` (plans[--plan-index], default the best) or "
+      "one plan object {\"tp\", \"pp\", \"dp\", \"zero\"[, \"stage_layers\"]}. Optional "
+      "\"tensors\": {\"NAME\": {\"tp_dim\", \"zero_dim\", \"zero_stage\", \"layer\"}} override "
+      "the placements the checkpoint recorded. Rank = (pp_i*dp + dp_i)*tp + tp_i; a tensor is "
+      "split "
+      "along tp_dim by tp, then along zero_dim by dp when zero >= zero_stage; with pp > 1 only the "
+      "stage holding its layer has it; without a placement every rank holds it whole. "
+      "See docs/CHECKPOINT.md. Exit 1: the source fails verification; 2: bad arguments.");
+  reshard->add_option("src", rs->src, "DIR (the step `latest` names) or DIR/step-N")->required();
+  reshard->add_option("--to", rs->plan, "Layout file (PLAN.json)")->required();
+  reshard->add_option("--out", rs->out, "Checkpoint directory to write (DST)")->required();
+  reshard->add_option("--plan-index", rs->plan_index,
+                      "Which of `tessera plan --json`'s plans (0: the best)");
+  reshard->add_option("--zstd-level", rs->zstd_level, "zstd level of the written chunks");
+  reshard->add_flag("--no-fsync", rs->no_fsync, "Skip fsync (throwaway output only)");
+  reshard->add_flag("--json", rs->json, "Print JSON for machines");
+  reshard->callback([rs] { run_reshard(*rs); });
 }
 
 #endif  // TESSERA_HAVE_CHECKPOINT

@@ -38,6 +38,10 @@ std::string metadata_message(const StateRegistry& reg, int64_t step, bool want_d
                             {"offset", t.slice.offset},
                             {"len", t.slice.len},
                             {"replicated", t.replicated}});
+    if (t.placement) {
+      j["tensors"].back()["placement"] = {t.placement->tp_dim, t.placement->zero_dim,
+                                          t.placement->zero_stage, t.placement->layer};
+    }
   }
   j["blobs"] = Json::array();
   for (const auto& b : reg.blobs()) {
@@ -85,7 +89,7 @@ Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int6
       auto [it, fresh] = index.emplace(name, a.tensors.size());
       if (fresh) {
         a.tensors.push_back(TensorRecord{
-            name, t["dtype"].get<std::string>(), t["shape"].get<std::vector<int64_t>>(), {}});
+            name, t["dtype"].get<std::string>(), t["shape"].get<std::vector<int64_t>>(), {}, {}});
       } else {
         const TensorRecord& seen = a.tensors[it->second];
         if (seen.dtype != t["dtype"].get<std::string>() ||
@@ -93,6 +97,10 @@ Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int6
           return invalid_argument("tensor '" + name + "': rank " + std::to_string(r) +
                                   " registered another dtype or global shape than a lower rank");
         }
+      }
+      if (t.contains("placement") && !a.tensors[index.at(name)].placement) {
+        const auto p = t["placement"].get<std::vector<int>>();
+        a.tensors[index.at(name)].placement = Placement{p.at(0), p.at(1), p.at(2), p.at(3)};
       }
       bool writes = true;
       if (t["replicated"].get<bool>()) writes = written.insert(shard_key(name, slice)).second;
@@ -193,8 +201,8 @@ static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt
       ++r->chunks;
       shard.chunks.push_back(std::move(rec));
     }
-    mine->tensors.push_back(
-        TensorRecord{t.name, std::string(hal::dtype_name(t.dtype)), t.shape, {std::move(shard)}});
+    mine->tensors.push_back(TensorRecord{
+        t.name, std::string(hal::dtype_name(t.dtype)), t.shape, {std::move(shard)}, {}});
   }
   for (size_t i = 0; i < reg.blobs().size(); ++i) {
     if (!a.write_blob[i]) continue;

@@ -23,8 +23,10 @@ struct Snapshot {
   std::byte* data = nullptr;
   size_t capacity = 0;
   int64_t step = -1;
-  bool valid = false;           // holds a complete snapshot of `step`
-  std::vector<size_t> offsets;  // per tensor
+  bool valid = false;                // holds a complete snapshot of `step`
+  std::vector<size_t> offsets;       // per tensor
+  std::vector<TensorEntry> entries;  // what each tensor was (name, shape, slice) when taken
+  std::vector<std::string> blob_names;
   std::vector<std::string> blobs;
 };
 
@@ -39,6 +41,7 @@ struct Checkpointer::Impl {
   Checkpointer* self;
   Snapshot buffers[2];
   int committed_buffer = -1;  // the buffer holding the newest committed snapshot
+  int last_snapshot = -1;     // the buffer the newest save_async filled (committed or not)
   std::optional<hal::Stream> stream;
 
   std::thread worker;
@@ -75,6 +78,9 @@ struct Checkpointer::Impl {
   // load.cc: the registered memory from a staged buffer laid out like a snapshot.
   Status write_back(const std::byte* data, const std::vector<std::string>& blobs);
   Status load_step(int64_t step, Snapshot& staging, LoadResult* result);
+  // memory_reshard.cc: fills `staging` (laid out like the registry) from the snapshots every rank
+  // holds in `source`.
+  Status reshard_exchange(const Snapshot& source, Snapshot& staging);
   // Waits until no save is in flight.
   void wait_idle();
 };

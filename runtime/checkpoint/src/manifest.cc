@@ -93,6 +93,12 @@ Json body_json(const Manifest& m) {
       for (const auto& c : s.chunks) sj["chunks"].push_back(chunk_json(c));
       tj["shards"].push_back(std::move(sj));
     }
+    if (t.placement) {
+      tj["placement"] = {{"tp_dim", t.placement->tp_dim},
+                         {"zero_dim", t.placement->zero_dim},
+                         {"zero_stage", t.placement->zero_stage},
+                         {"layer", t.placement->layer}};
+    }
     j["tensors"].push_back(std::move(tj));
   }
   j["blobs"] = Json::array();
@@ -200,6 +206,11 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view where) {
           return data_loss(w + ": tensor '" + r.name + "': malformed shard");
         }
         r.shards.push_back(std::move(sr));
+      }
+      if (t.contains("placement")) {
+        const Json& p = t.at("placement");
+        r.placement = Placement{p.at("tp_dim").get<int>(), p.at("zero_dim").get<int>(),
+                                p.at("zero_stage").get<int>(), p.at("layer").get<int>()};
       }
       m.tensors.push_back(std::move(r));
     }

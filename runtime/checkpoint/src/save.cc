@@ -1,5 +1,11 @@
 // The training-thread side of saving: options, the snapshot into reused buffers, and the
 // background worker that persists one snapshot at a time (commit.cc).
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -12,6 +18,22 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Lowers the calling thread's CPU priority (Linux: nice and SCHED_IDLE are per thread).
+void lower_this_thread(PersistPriority priority) {
+  if (priority == PersistPriority::kNormal) return;
+  if (priority == PersistPriority::kIdle) {
+    sched_param param{};
+    const int err = ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &param);
+    if (err == 0) return;
+    TSR_LOG(kWarn, "ckpt") << "persist thread: SCHED_IDLE refused (" << std::strerror(err)
+                           << "); trying nice 19";
+  }
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19) != 0) {
+    TSR_LOG(kWarn, "ckpt") << "persist thread: nice 19 refused (" << std::strerror(errno)
+                           << "); it runs at the normal priority";
+  }
 }
 
 }  // namespace
@@ -118,6 +140,9 @@ Status Checkpointer::Impl::snapshot(Snapshot& into, int64_t step) {
     }
     offset += t.bytes();
   }
+  into.entries.assign(reg.tensors().begin(), reg.tensors().end());
+  into.blob_names.clear();
+  for (const auto& b : reg.blobs()) into.blob_names.push_back(b.name);
   into.blobs.resize(reg.blobs().size());
   for (size_t i = 0; i < reg.blobs().size(); ++i) into.blobs[i] = reg.blobs()[i].get();
   if (stream) TSR_RETURN_IF_ERROR(stream->synchronize());
@@ -154,6 +179,7 @@ Result<SaveStart> Checkpointer::save_async(int64_t step) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->busy = true;
+    impl_->last_snapshot = index;
     impl_->job_buffer = index;
     impl_->job_start = start;
   }
@@ -168,7 +194,26 @@ Result<SaveResult> Checkpointer::wait() {
   return *impl_->last_result;
 }
 
+Status Checkpointer::rebind(std::shared_ptr<RankGroup> group) {
+  if (!group) return invalid_argument("rebind: no rank group");
+  if (group->rank() != group_->rank() || group->size() != group_->size()) {
+    return invalid_argument("rebind: the new group has rank " + std::to_string(group->rank()) +
+                            " of " + std::to_string(group->size()) +
+                            ", this checkpointer is rank " + std::to_string(group_->rank()) +
+                            " of " + std::to_string(group_->size()));
+  }
+  std::lock_guard lock(impl_->mu);
+  if (impl_->busy) {
+    return failed_precondition("rebind on rank " + std::to_string(group_->rank()) +
+                               ": a save is in flight (wait() for it first)");
+  }
+  // The worker touches group_ only while busy, so swapping it under the lock is safe.
+  group_ = std::move(group);
+  return Status();
+}
+
 void Checkpointer::Impl::worker_loop() {
+  lower_this_thread(self->options_.persist_priority);
   std::unique_lock lock(mu);
   for (;;) {
     cv.wait(lock, [&] { return stop || job_buffer >= 0; });

@@ -81,7 +81,7 @@ Status StateRegistry::add_host_tensor(std::string name, hal::DType dtype,
     return invalid_argument("tensor '" + name + "': null data");
   }
   tensors_.push_back(TensorEntry{std::move(name), dtype, std::move(shape), std::move(slice),
-                                 replicated, Memory::kHost, data});
+                                 replicated, Memory::kHost, data, std::nullopt});
   return Status();
 }
 
@@ -97,7 +97,7 @@ Status StateRegistry::add_device_tensor(std::string name, hal::DType dtype,
                             std::to_string(bytes) + " bytes)");
   }
   tensors_.push_back(TensorEntry{std::move(name), dtype, std::move(shape), std::move(slice),
-                                 replicated, Memory::kDevice, buffer.data()});
+                                 replicated, Memory::kDevice, buffer.data(), std::nullopt});
   return Status();
 }
 
@@ -116,6 +116,28 @@ Status StateRegistry::add_blob(std::string name, std::string* value, bool replic
                               return Status();
                             },
                             replicated});
+}
+
+Status StateRegistry::set_placement(std::string_view name, Placement placement) {
+  for (auto& t : tensors_) {
+    if (t.name != name) continue;
+    const int nd = static_cast<int>(t.shape.size());
+    auto bad = [&](const char* field, int dim) {
+      return invalid_argument("tensor '" + t.name + "': placement " + field + "=" +
+                              std::to_string(dim) + " is outside its " + std::to_string(nd) +
+                              " dims");
+    };
+    if (placement.tp_dim < -1 || placement.tp_dim >= nd) return bad("tp_dim", placement.tp_dim);
+    if (placement.zero_dim < -1 || placement.zero_dim >= nd) {
+      return bad("zero_dim", placement.zero_dim);
+    }
+    if (placement.zero_stage < 1 || placement.zero_stage > 3) {
+      return invalid_argument("tensor '" + t.name + "': placement zero_stage must be 1..3");
+    }
+    t.placement = placement;
+    return Status();
+  }
+  return not_found("set_placement: no tensor '" + std::string(name) + "' is registered");
 }
 
 const TensorEntry* StateRegistry::find_tensor(std::string_view name) const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,16 @@ inline std::vector<std::byte> pattern(const TensorSpec& spec, const Slice& slice
   return out;
 }
 
+// How each model tensor is cut (recorded in the manifest; offline resharding applies it): the
+// rule of tessera/checkpoint/layout.h with zero >= 1 gives exactly model_slice below.
+inline std::optional<Placement> model_placement(const TensorSpec& spec) {
+  const std::string name = spec.name;
+  if (name == "w1") return Placement{0, -1, 1, -1};
+  if (name == "w2") return Placement{1, -1, 1, -1};
+  if (name == "adam_m") return Placement{0, 1, 1, -1};
+  return std::nullopt;
+}
+
 // This rank's slice of each model tensor under `layout`, and whether it is a replica.
 inline Slice model_slice(const TensorSpec& spec, const Layout& layout, int rank, bool* replicated) {
   const int t = rank % layout.tp, d = rank / layout.tp;
@@ -107,6 +118,7 @@ struct ModelState {
                     : std::vector<std::byte>(slice.elements() * hal::dtype_size(spec.dtype)));
       TSR_RETURN_IF_ERROR(reg.add_host_tensor(spec.name, spec.dtype, spec.shape, slice,
                                               tensors.back().data(), replicated));
+      if (auto p = model_placement(spec)) TSR_RETURN_IF_ERROR(reg.set_placement(spec.name, *p));
     }
     rng = step >= 0 ? rng_of(rank, step) : "";
     cursor = step >= 0 ? cursor_of(step) : "";

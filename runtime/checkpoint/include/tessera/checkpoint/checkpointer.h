@@ -42,12 +42,22 @@ std::string_view fault_point_name(FaultPoint point);
 // What save_async does when the previous save is still persisting.
 enum class BusyPolicy { kWait, kSkip };
 
+// The CPU priority of the background persist thread (compression, checksums, writes), so that it
+// uses the cores training leaves idle. Applied to that thread only; where the system refuses
+// (a container without the right), the thread keeps the normal priority and a warning is logged.
+enum class PersistPriority {
+  kNormal,  // like the training threads
+  kNice,    // nice 19: a small share of a busy core, all of an idle one (the default)
+  kIdle,    // SCHED_IDLE: only cores nothing else wants (a fully busy host stalls the save)
+};
+
 struct CheckpointOptions {
   std::string dir;                // root of the checkpoints (shared by all ranks)
   size_t chunk_bytes = 4u << 20;  // raw bytes per chunk (the unit of checksum, delta, reshard)
   int zstd_level = -1;        // zstd fast mode: ~3 GB/s per core; 1 saves ~11% on fp32 at ~0.6 GB/s
   double max_write_mbps = 0;  // persist rate limit in MB/s (1e6 bytes); 0: unlimited
   BusyPolicy busy_policy = BusyPolicy::kWait;
+  PersistPriority persist_priority = PersistPriority::kNice;
   int keep_last = 3;                  // committed checkpoints kept by garbage collection (>= 1)
   int full_every = 1;                 // 1: every save full; K: a full save, then K-1 deltas
   bool fsync = true;                  // false only for tests on throwaway directories
@@ -140,6 +150,23 @@ class Checkpointer {
   // in memory (its own, or its buddy's copy when this rank restarted); when some rank's state is
   // in no memory, all ranks load from storage instead. Needs peer_replica.
   Result<RestoreResult> restore();
+
+  // After the job's communicator was re-formed (an elastic restart: a new generation of the
+  // group), makes this Checkpointer use `group`, keeping its snapshots and the replica it holds
+  // for its buddy, so that every rank can then call restore(). The group must have this rank's
+  // rank and size (INVALID_ARGUMENT otherwise) and no save may be in flight (FAILED_PRECONDITION).
+  Status rebind(std::shared_ptr<RankGroup> group);
+
+  // Collective, for re-planning without a restart: moves the newest snapshot (taken by
+  // save_async; wait() for it first) into the layout registered now. The trainer takes a
+  // snapshot, clear()s the registry, registers its new slices (same world size, same tensor names,
+  // dtypes and global shapes; new buffers) and calls this on every rank: each rank receives the
+  // parts of its new slices from the ranks whose snapshot holds them (send/recv of the group), with
+  // no storage I/O. Blobs are taken from the rank's own snapshot by name. Afterwards the snapshot
+  // in the new layout stands for the same step (restore() from own memory works; the replicas of
+  // the old layout are dropped until the next save). Errors: no snapshot, ranks at different
+  // steps, a tensor unknown to the snapshot or of another dtype/shape, a slice no rank holds.
+  Result<LoadResult> reshard_from_memory();
 
   // Internal, for the implementation files.
   struct Impl;

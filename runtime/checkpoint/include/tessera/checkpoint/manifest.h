@@ -48,7 +48,8 @@ struct TensorRecord {
   std::string name;
   std::string dtype;  // hal::dtype_name
   std::vector<int64_t> shape;
-  std::vector<ShardRecord> shards;  // the written ones (one per distinct slice)
+  std::vector<ShardRecord> shards;     // the written ones (one per distinct slice)
+  std::optional<Placement> placement;  // how it is cut under a layout (layout.h), when registered
 };
 
 struct BlobRecord {

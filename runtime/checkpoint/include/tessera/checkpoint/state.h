@@ -6,11 +6,13 @@
 // marked `replicated` is held identically by several ranks (data parallelism): only the lowest
 // rank holding a given slice writes it. Registration is not thread-safe; register everything
 // before the first save and do not change it while a save is in flight. The registry does not own
-// the memory it points to; the memory must outlive the Checkpointer.
+// the memory it points to; the memory must outlive the Checkpointer. To move to another layout in
+// memory (Checkpointer::reshard_from_memory), clear() the registry and register the new slices.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,18 @@ std::string slice_text(const Slice& slice);
 
 enum class Memory { kHost, kDevice };
 
+// How a tensor is cut under a parallel layout (tp, pp, dp, ZeRO; layout.h): the rule offline
+// resharding (`tessera ckpt reshard`) applies to give each rank of another layout its slice.
+// Recorded in the manifest. A tensor without a placement is held whole by every rank.
+struct Placement {
+  int tp_dim = -1;     // split evenly along this dim over the tp ranks; -1: not split by tp
+  int zero_dim = -1;   // then split along this dim over the dp ranks when the plan's zero stage
+  int zero_stage = 1;  //   is >= zero_stage (1: optimizer state, 2: gradients, 3: parameters)
+  int layer = -1;      // the block it belongs to: with pp > 1 only the stage holding that block
+                       // has it (the plan's stage_layers); -1: every pipeline stage has it
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+
 struct TensorEntry {
   std::string name;
   hal::DType dtype = hal::DType::kF32;
@@ -48,7 +62,8 @@ struct TensorEntry {
   bool replicated = false;
   Memory memory = Memory::kHost;
   void* data = nullptr;  // host pointer, or device pointer of the Checkpointer's device
-  size_t bytes() const;  // of the local slice
+  std::optional<Placement> placement;  // set_placement; recorded in the manifest
+  size_t bytes() const;                // of the local slice
 };
 
 // A blob is read with `get` at snapshot time (training thread) and written back with `set` on
@@ -71,6 +86,15 @@ class StateRegistry {
   Status add_blob(BlobEntry blob);
   // A blob backed by a string the caller owns (read at snapshot, assigned on load).
   Status add_blob(std::string name, std::string* value, bool replicated = false);
+  // Records how tensor `name` is cut under a parallel layout (used by offline resharding).
+  // INVALID_ARGUMENT when a dim is outside the tensor's rank; NOT_FOUND for an unknown name.
+  Status set_placement(std::string_view name, Placement placement);
+  // Forgets every tensor and blob (to register another layout; see reshard_from_memory). Not while
+  // a save is in flight.
+  void clear() {
+    tensors_.clear();
+    blobs_.clear();
+  }
 
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   const std::vector<BlobEntry>& blobs() const { return blobs_; }

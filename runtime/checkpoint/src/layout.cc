@@ -1,0 +1,196 @@
+#include "tessera/checkpoint/layout.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace tessera::ckpt {
+namespace {
+
+using Json = nlohmann::json;
+
+Status field_int(const Json& j, const char* field, const std::string& where, int lo, int* out,
+                 bool required) {
+  if (!j.contains(field)) {
+    if (!required) return Status();
+    return invalid_argument(where + ": missing field '" + field + "'");
+  }
+  if (!j[field].is_number_integer() || j[field].get<int64_t>() < lo) {
+    return invalid_argument(where + ": field '" + field +
+                            "' must be an integer >= " + std::to_string(lo));
+  }
+  *out = j[field].get<int>();
+  return Status();
+}
+
+Status parse_placements(const Json& tensors, const std::string& where,
+                        std::map<std::string, Placement>* out) {
+  if (!tensors.is_object()) return invalid_argument(where + ": 'tensors' must be an object");
+  for (const auto& [name, p] : tensors.items()) {
+    const std::string w = where + ": tensors." + name;
+    if (!p.is_object()) return invalid_argument(w + " must be an object");
+    Placement pl;
+    TSR_RETURN_IF_ERROR(field_int(p, "tp_dim", w, -1, &pl.tp_dim, false));
+    TSR_RETURN_IF_ERROR(field_int(p, "zero_dim", w, -1, &pl.zero_dim, false));
+    TSR_RETURN_IF_ERROR(field_int(p, "zero_stage", w, 1, &pl.zero_stage, false));
+    TSR_RETURN_IF_ERROR(field_int(p, "layer", w, -1, &pl.layer, false));
+    if (pl.zero_stage > 3) return invalid_argument(w + ": zero_stage must be 1..3");
+    if (out) (*out)[name] = pl;
+  }
+  return Status();
+}
+
+}  // namespace
+
+std::string ParallelLayout::text() const {
+  return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
+         " zero=" + std::to_string(zero) + (vp > 1 ? " vp=" + std::to_string(vp) : "");
+}
+
+Result<ParallelLayout> parse_layout_json(std::string_view text, std::string_view where,
+                                         int plan_index,
+                                         std::map<std::string, Placement>* placements) {
+  std::string w(where);
+  const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return invalid_argument(w + ": not a JSON object");
+  }
+  const Json* plan = &root;
+  if (root.contains("plans")) {
+    const Json& plans = root["plans"];
+    if (!plans.is_array() || plans.empty()) {
+      return invalid_argument(w + ": 'plans' is empty (no plan fits?)");
+    }
+    if (plan_index < 0 || plan_index >= static_cast<int>(plans.size())) {
+      return invalid_argument(w + ": plan index " + std::to_string(plan_index) +
+                              " is outside 'plans' (" + std::to_string(plans.size()) + " plans)");
+    }
+    plan = &plans[plan_index];
+    w += ": plans[" + std::to_string(plan_index) + "]";
+    if (!plan->is_object()) return invalid_argument(w + " is not an object");
+  }
+  ParallelLayout l;
+  TSR_RETURN_IF_ERROR(field_int(*plan, "tp", w, 1, &l.tp, true));
+  TSR_RETURN_IF_ERROR(field_int(*plan, "pp", w, 1, &l.pp, true));
+  TSR_RETURN_IF_ERROR(field_int(*plan, "dp", w, 1, &l.dp, true));
+  TSR_RETURN_IF_ERROR(field_int(*plan, "zero", w, 0, &l.zero, true));
+  if (l.zero > 3) return invalid_argument(w + ": field 'zero' must be 0..3");
+  TSR_RETURN_IF_ERROR(field_int(*plan, "vp", w, 1, &l.vp, false));
+  for (const char* other : {"cp", "ep"}) {
+    int v = 1;
+    TSR_RETURN_IF_ERROR(field_int(*plan, other, w, 1, &v, false));
+    if (v != 1) {
+      return unimplemented(w + ": " + other + "=" + std::to_string(v) +
+                           ": checkpoint resharding handles tp, pp, dp and ZeRO only");
+    }
+  }
+  if (plan->contains("stage_layers")) {
+    const Json& s = (*plan)["stage_layers"];
+    if (!s.is_array()) return invalid_argument(w + ": 'stage_layers' must be an array");
+    for (const Json& v : s) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        return invalid_argument(w + ": 'stage_layers' must hold integers >= 0");
+      }
+      l.stage_layers.push_back(v.get<int>());
+    }
+    if (!l.stage_layers.empty() && static_cast<int>(l.stage_layers.size()) != l.pp) {
+      return invalid_argument(w + ": 'stage_layers' has " + std::to_string(l.stage_layers.size()) +
+                              " stages, pp is " + std::to_string(l.pp));
+    }
+  }
+  if (plan->contains("tensors")) {
+    TSR_RETURN_IF_ERROR(parse_placements((*plan)["tensors"], w, placements));
+  }
+  if (plan != &root && root.contains("tensors")) {
+    TSR_RETURN_IF_ERROR(parse_placements(root["tensors"], std::string(where), placements));
+  }
+  return l;
+}
+
+Result<std::optional<Slice>> layout_slice(const std::string& name,
+                                          const std::vector<int64_t>& shape,
+                                          const std::optional<Placement>& placement,
+                                          const ParallelLayout& layout, int rank,
+                                          bool* replicated) {
+  if (rank < 0 || rank >= layout.size()) {
+    return invalid_argument("rank " + std::to_string(rank) + " is outside " + layout.text());
+  }
+  const int tp_index = rank % layout.tp;
+  const int dp_index = (rank / layout.tp) % layout.dp;
+  const int pp_index = rank / (layout.tp * layout.dp);
+  Slice s = full_slice(shape);
+  bool copies = layout.size() > 1;
+  if (!placement) {
+    if (replicated) *replicated = copies;
+    return std::optional<Slice>(s);
+  }
+  const Placement& p = *placement;
+  const int nd = static_cast<int>(shape.size());
+  if (p.tp_dim >= nd || p.zero_dim >= nd) {
+    return invalid_argument("tensor '" + name + "': placement names dim " +
+                            std::to_string(std::max(p.tp_dim, p.zero_dim)) + " of a " +
+                            std::to_string(nd) + "-dim tensor");
+  }
+  bool split_pp = false, split_tp = false, split_dp = false;
+  if (layout.pp > 1 && p.layer >= 0) {
+    if (layout.stage_layers.empty()) {
+      return invalid_argument("tensor '" + name + "' belongs to layer " + std::to_string(p.layer) +
+                              ": pp=" + std::to_string(layout.pp) +
+                              " needs 'stage_layers' in the plan");
+    }
+    int stage = -1, first = 0;
+    for (int k = 0; k < layout.pp; ++k) {
+      if (p.layer < first + layout.stage_layers[k]) {
+        stage = k;
+        break;
+      }
+      first += layout.stage_layers[k];
+    }
+    if (stage >= 0 && layout.vp > 1) {
+      // Interleaved: equal stages cut into vp chunks, chunk c on stage c % pp.
+      const int chunk = layout.stage_layers[0] / layout.vp;
+      for (int k : layout.stage_layers) {
+        if (k != layout.stage_layers[0] || chunk == 0 || k % layout.vp != 0) {
+          return invalid_argument("tensor '" + name + "': vp=" + std::to_string(layout.vp) +
+                                  " needs equal stage_layers divisible by vp");
+        }
+      }
+      stage = (p.layer / chunk) % layout.pp;
+    }
+    if (stage < 0) {
+      return invalid_argument("tensor '" + name + "': layer " + std::to_string(p.layer) +
+                              " is beyond the plan's " + std::to_string(first) + " layers");
+    }
+    if (stage != pp_index) return std::optional<Slice>();
+    split_pp = true;
+  }
+  auto split = [&](int dim, int parts, int index, const char* degree) -> Status {
+    if (parts == 1) return Status();
+    if (shape[dim] % parts != 0) {
+      return invalid_argument("tensor '" + name + "': " + degree + "=" + std::to_string(parts) +
+                              " does not divide dim " + std::to_string(dim) + " (extent " +
+                              std::to_string(shape[dim]) + ")");
+    }
+    TSR_ASSIGN_OR_RETURN(s, split_slice(shape, s, dim, parts, index));
+    return Status();
+  };
+  if (p.tp_dim >= 0) {
+    TSR_RETURN_IF_ERROR(split(p.tp_dim, layout.tp, tp_index, "tp"));
+    split_tp = true;
+  }
+  if (p.zero_dim >= 0 && layout.zero >= p.zero_stage) {
+    if (s.len[p.zero_dim] % layout.dp != 0) {
+      return invalid_argument("tensor '" + name + "': dp=" + std::to_string(layout.dp) +
+                              " does not divide dim " + std::to_string(p.zero_dim) + " (extent " +
+                              std::to_string(s.len[p.zero_dim]) + " on this rank)");
+    }
+    TSR_ASSIGN_OR_RETURN(s, split_slice(shape, s, p.zero_dim, layout.dp, dp_index));
+    split_dp = true;
+  }
+  if (replicated) {
+    *replicated = (!split_tp && layout.tp > 1) || (!split_dp && layout.dp > 1) ||
+                  (!split_pp && layout.pp > 1);
+  }
+  return std::optional<Slice>(s);
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,257 @@
+#include "tessera/checkpoint/reshard.h"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include "codec.h"
+#include "fs.h"
+#include "impl.h"
+#include "overlap.h"
+#include "tessera/checkpoint/manifest.h"
+
+namespace tessera::ckpt {
+namespace {
+
+std::string rank_file(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.shard", rank);
+  return name;
+}
+
+// The step to read: committed (step-N/ with N <= `latest`).
+Result<int64_t> committed_step(const std::string& src, const std::optional<int64_t>& step) {
+  if (!std::filesystem::is_directory(src)) {
+    return not_found("'" + src + "' is not a checkpoint directory");
+  }
+  auto latest = read_latest(src);
+  if (!step) {
+    if (!latest.ok()) return latest.status().with_context("'" + src + "/latest'");
+    return *latest;
+  }
+  const std::string dir = fs::join(src, step_dir_name(*step));
+  if (!fs::exists(dir)) {
+    if (fs::exists(dir + ".tmp")) {
+      return failed_precondition("'" + dir + "' is not committed (only " + step_dir_name(*step) +
+                                 ".tmp: a save in flight or interrupted)");
+    }
+    return not_found("'" + dir + "' does not exist");
+  }
+  if (!latest.ok() || *step > *latest) {
+    return failed_precondition("'" + dir + "' is not committed: `latest` names " +
+                               (latest.ok() ? step_dir_name(*latest) : "no step") +
+                               " (a save interrupted before it was published)");
+  }
+  return *step;
+}
+
+Status read_blob_bytes(codec::ChunkReader& reader, const BlobRecord& blob, std::string* out) {
+  out->clear();
+  std::string chunk;
+  for (size_t i = 0; i < blob.chunks.size(); ++i) {
+    chunk.resize(blob.chunks[i].raw);
+    TSR_RETURN_IF_ERROR(reader.read(blob.chunks[i], chunk.data(),
+                                    "blob '" + blob.name + "' chunk " + std::to_string(i)));
+    out->append(chunk);
+  }
+  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
+  return Status();
+}
+
+struct Writer {
+  codec::ShardWriter* file;
+  codec::Compressor compressor;
+  std::string stored;
+  const ReshardOptions* options;
+  ReshardResult* result;
+  uint64_t done = 0, total = 0;
+
+  Status chunks(const void* data, size_t bytes, size_t chunk_bytes, std::vector<ChunkRecord>* out) {
+    const auto* p = static_cast<const std::byte*>(data);
+    for (size_t off = 0; off < bytes || (off == 0 && bytes == 0); off += chunk_bytes) {
+      const size_t len = std::min(chunk_bytes, bytes - off);
+      ChunkRecord rec;
+      rec.enc = "zstd";
+      rec.raw = len;
+      rec.hash = codec::xxh3(p + off, len);
+      TSR_RETURN_IF_ERROR(compressor.compress(p + off, len, options->zstd_level, &stored));
+      TSR_ASSIGN_OR_RETURN(rec.data, file->append(stored));
+      result->bytes_written += stored.size();
+      result->bytes_raw += len;
+      done += len;
+      if (options->progress) options->progress(done, total);
+      out->push_back(std::move(rec));
+      if (bytes == 0) break;
+    }
+    return Status();
+  }
+};
+
+}  // namespace
+
+Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std::string& dst_root,
+                                         const ReshardOptions& options) {
+  const ParallelLayout& to = options.to;
+  if (to.tp < 1 || to.pp < 1 || to.dp < 1) {
+    return invalid_argument("reshard: tp, pp and dp must be >= 1 (" + to.text() + ")");
+  }
+  TSR_ASSIGN_OR_RETURN(const int64_t step, committed_step(src_root, options.step));
+  TSR_ASSIGN_OR_RETURN(Manifest src, read_manifest(src_root, step));
+  TSR_RETURN_IF_ERROR(check_files(src_root, src));
+  if (src.delta) {
+    auto base = read_manifest(src_root, src.base_step);
+    if (!base.ok()) return base.status().with_context("base of delta step " + std::to_string(step));
+    TSR_RETURN_IF_ERROR(check_files(src_root, *base));
+  }
+  {
+    std::error_code ec;
+    const auto a = std::filesystem::weakly_canonical(src_root, ec);
+    const auto b = std::filesystem::weakly_canonical(dst_root, ec);
+    if (a == b) return invalid_argument("reshard: --out '" + dst_root + "' is the source itself");
+  }
+  // Placements: the layout file's override the manifest's.
+  for (const auto& [name, p] : options.placements) {
+    if (src.find_tensor(name) == nullptr) {
+      return invalid_argument("placement for tensor '" + name + "': not in " + step_dir_name(step) +
+                              " of '" + src_root + "'");
+    }
+  }
+  ReshardResult result;
+  result.step = step;
+  result.world_size = to.size();
+  std::vector<std::optional<Placement>> placement(src.tensors.size());
+  for (size_t i = 0; i < src.tensors.size(); ++i) {
+    auto it = options.placements.find(src.tensors[i].name);
+    placement[i] =
+        it != options.placements.end() ? std::optional(it->second) : src.tensors[i].placement;
+    if (!placement[i]) result.whole.push_back(src.tensors[i].name);
+  }
+  // Every slice of every rank first: a bad layout fails before anything is written.
+  const int world = to.size();
+  std::vector<std::vector<std::optional<Slice>>> slices(world);
+  uint64_t total = 0;
+  std::set<std::string> counted;
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < src.tensors.size(); ++i) {
+      const TensorRecord& t = src.tensors[i];
+      TSR_ASSIGN_OR_RETURN(auto s, layout_slice(t.name, t.shape, placement[i], to, r));
+      if (s && counted.insert(shard_key(t.name, *s)).second) {
+        auto dtype = hal::parse_dtype(t.dtype);
+        if (!dtype) return data_loss("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+        total += static_cast<uint64_t>(s->elements()) * hal::dtype_size(*dtype);
+      }
+      slices[r].push_back(std::move(s));
+    }
+  }
+  for (const BlobRecord& b : src.blobs) {
+    if (b.replicated || b.rank < world) total += b.size;
+  }
+
+  TSR_RETURN_IF_ERROR(fs::make_dirs(dst_root));
+  const std::string final_rel = step_dir_name(step);
+  const std::string final_dir = fs::join(dst_root, final_rel);
+  const std::string tmp_dir = final_dir + ".tmp";
+  if (fs::exists(final_dir)) {
+    return already_exists("'" + final_dir + "' already exists");
+  }
+  if (auto latest = read_latest(dst_root); latest.ok() && *latest > step) {
+    return failed_precondition("'" + dst_root + "/latest' names a newer step (" +
+                               step_dir_name(*latest) + ")");
+  }
+  TSR_RETURN_IF_ERROR(fs::remove_all(tmp_dir));  // left by an interrupted reshard
+  TSR_RETURN_IF_ERROR(fs::make_dirs(tmp_dir));
+
+  Manifest out;
+  out.step = step;
+  out.world_size = world;
+  out.layout = to.text();
+  out.metadata = src.metadata;
+  out.metadata["resharded_from"] = src_root + "/" + final_rel + " (world " +
+                                   std::to_string(src.world_size) +
+                                   (src.layout.empty() ? "" : ", " + src.layout) + ")";
+  out.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+  for (size_t i = 0; i < src.tensors.size(); ++i) {
+    out.tensors.push_back(TensorRecord{
+        src.tensors[i].name, src.tensors[i].dtype, src.tensors[i].shape, {}, placement[i]});
+  }
+  size_t chunk_bytes = options.chunk_bytes;
+  for (const auto& t : src.tensors) {
+    if (chunk_bytes == 0 && !t.shards.empty()) chunk_bytes = t.shards[0].chunk_bytes;
+  }
+  if (chunk_bytes == 0) chunk_bytes = 4u << 20;
+
+  auto write_all = [&]() -> Status {
+    codec::ChunkReader reader(src_root);
+    std::set<std::string> written;
+    std::vector<std::byte> buffer;
+    uint64_t done = 0;
+    for (int r = 0; r < world; ++r) {
+      const std::string file = rank_file(r);
+      TSR_ASSIGN_OR_RETURN(
+          auto shard, codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file));
+      Writer w{shard.get(), {}, {}, &options, &result, done, total};
+      for (size_t i = 0; i < src.tensors.size(); ++i) {
+        const TensorRecord& t = src.tensors[i];
+        const auto& slice = slices[r][i];
+        if (!slice || !written.insert(shard_key(t.name, *slice)).second) continue;
+        const size_t esize = hal::dtype_size(*hal::parse_dtype(t.dtype));
+        buffer.resize(static_cast<size_t>(slice->elements()) * esize);
+        int64_t covered = 0;
+        for (const ShardRecord& s : t.shards) {
+          Slice inter;
+          if (slice->elements() == 0 || !intersect(*slice, s.slice, &inter)) continue;
+          covered += inter.elements();
+          TSR_RETURN_IF_ERROR(copy_overlap(reader, t, s, *slice, inter, esize, buffer.data()));
+        }
+        if (covered < slice->elements()) {
+          return data_loss("tensor '" + t.name + "' slice " + slice_text(*slice) +
+                           " is not covered by the shards of " + final_rel);
+        }
+        ShardRecord rec{r, *slice, chunk_bytes, {}};
+        TSR_RETURN_IF_ERROR(w.chunks(buffer.data(), buffer.size(), chunk_bytes, &rec.chunks));
+        out.tensors[i].shards.push_back(std::move(rec));
+      }
+      for (const BlobRecord& b : src.blobs) {
+        const bool mine = b.replicated ? r == 0 : b.rank == r;
+        if (!mine) continue;
+        std::string bytes;
+        TSR_RETURN_IF_ERROR(read_blob_bytes(reader, b, &bytes));
+        BlobRecord rec{b.name, r, b.replicated, bytes.size(), {}};
+        TSR_RETURN_IF_ERROR(w.chunks(bytes.data(), bytes.size(), chunk_bytes, &rec.chunks));
+        out.blobs.push_back(std::move(rec));
+      }
+      done = w.done;
+      TSR_ASSIGN_OR_RETURN(FileRecord f, shard->finish(options.fsync));
+      out.files.push_back(std::move(f));
+    }
+    for (const BlobRecord& b : src.blobs) {
+      if (!b.replicated && b.rank >= world) {
+        result.dropped_blobs.push_back(b.name + " of rank " + std::to_string(b.rank));
+      }
+    }
+    result.bytes_read = reader.bytes_read();
+    result.chunks_read = reader.chunks_read();
+    // Commit: the manifest, the rename, `latest`, each made durable before the next.
+    TSR_RETURN_IF_ERROR(
+        fs::write_file(fs::join(tmp_dir, "manifest.json"), manifest_to_json(out), options.fsync));
+    if (options.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(tmp_dir));
+    TSR_RETURN_IF_ERROR(fs::rename_path(tmp_dir, final_dir));
+    if (options.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(dst_root));
+    Status published =
+        fs::replace_file(fs::join(dst_root, "latest"), final_rel + "\n", options.fsync);
+    if (!published.ok()) {
+      fs::remove_all(final_dir).ignore();
+      return published.with_context("publishing '" + final_dir + "'");
+    }
+    return Status();
+  };
+  Status s = write_all();
+  if (!s.ok()) {
+    fs::remove_all(tmp_dir).ignore();
+    return s.with_context("reshard of '" + src_root + "/" + final_rel + "'");
+  }
+  return result;
+}
+
+}  // namespace tessera::ckpt
