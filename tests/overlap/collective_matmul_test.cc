@@ -1,5 +1,7 @@
 // Collective matmuls against the unfused pair: all-gather + GEMM bit for bit, GEMM +
-// reduce-scatter within f32 summation-order tolerance, on 2 and 3 ranks.
+// reduce-scatter within f32 summation-order tolerance, on 2, 3 and 4 rank rings, with odd sizes
+// and chunks larger than the shared-memory transport buffers (a ring of blocking send/recv on one
+// communicator would deadlock there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,14 +52,18 @@ Status reference_gemm(const hal::Stream& s, const float* a, int64_t rows, int64_
   return s.synchronize();
 }
 
-int body(int rank, int ranks) {
+struct Sizes {
+  int64_t rows_per_rank, k, n, k_local, n_rs;  // n_rs: the reduce-scatter's n
+};
+
+int body(int rank, int ranks, Sizes sz) {
   const uint64_t seed = testing::test_seed();
   auto r = Rank::make(rank, ranks);
   if (!r) return 2;
   auto cm_or = CollectiveMatmul::create(r->comm, *r->device);
   CHILD_OK(cm_or.status());
   CollectiveMatmul& cm = *cm_or.value();
-  constexpr int64_t kRowsPerRank = 37, kK = 53, kN = 29;
+  const int64_t kRowsPerRank = sz.rows_per_rank, kK = sz.k, kN = sz.n;
   const int64_t m = kRowsPerRank * ranks;
   // ---- all-gather + GEMM ----
   const std::vector<float> x = random_matrix(size_t(m * kK), seed);  // the same on every rank
@@ -78,17 +84,18 @@ int body(int rank, int ranks) {
               "all-gather matmul differs from all-gather + GEMM (seed %llu)",
               (unsigned long long)seed);
   // ---- GEMM + reduce-scatter ----
-  const int64_t k_local = 41;
+  const int64_t k_local = sz.k_local, kNrs = sz.n_rs;
   const std::vector<float> xl = random_matrix(size_t(m * k_local), seed + 100 + uint64_t(rank));
-  const std::vector<float> wl = random_matrix(size_t(k_local * kN), seed + 200 + uint64_t(rank));
-  std::vector<float> ys(size_t(kRowsPerRank * kN), -1.0f);
+  const std::vector<float> wl = random_matrix(size_t(k_local * kNrs), seed + 200 + uint64_t(rank));
+  std::vector<float> ys(size_t(kRowsPerRank * kNrs), -1.0f);
   for (int round = 0; round < 2; ++round) {
-    CHILD_OK(cm.matmul_reduce_scatter(xl.data(), m, k_local, wl.data(), kN, ys.data(), r->compute));
+    CHILD_OK(
+        cm.matmul_reduce_scatter(xl.data(), m, k_local, wl.data(), kNrs, ys.data(), r->compute));
     CHILD_OK(cm.wait());
     CHILD_OK(r->compute.synchronize());
   }
-  std::vector<float> partial(size_t(m * kN)), ref(ys.size());
-  CHILD_OK(reference_gemm(r->compute, xl.data(), m, k_local, wl.data(), kN, partial.data()));
+  std::vector<float> partial(size_t(m * kNrs)), ref(ys.size());
+  CHILD_OK(reference_gemm(r->compute, xl.data(), m, k_local, wl.data(), kNrs, partial.data()));
   CHILD_OK(r->comm->reduce_scatter(partial.data(), ref.data(), ref.size(), DType::kF32,
                                    hal::ReduceOp::kSum));
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -96,21 +103,35 @@ int body(int rank, int ranks) {
                 "reduce-scatter matmul [%zu]: %.9g vs %.9g", i, double(ys[i]), double(ref[i]));
   }
   CHILD_CHECK(
-      !cm.matmul_reduce_scatter(xl.data(), m + 1, k_local, wl.data(), kN, ys.data(), r->compute)
+      !cm.matmul_reduce_scatter(xl.data(), m + 1, k_local, wl.data(), kNrs, ys.data(), r->compute)
               .ok() ||
           ranks == 1,
       "uneven m accepted");
   CHILD_DONE(r);
 }
 
+constexpr Sizes kSmall{37, 53, 29, 41, 29};
+// 3 MiB chunks: more than the shared-memory FIFO holds (8 x 256 KiB).
+constexpr Sizes kLarge{1031, 769, 8, 5, 771};
+
 TEST(CollectiveMatmul, EqualsTheUnfusedPairOnTwoRanks) {
   if (!host_has_gemm()) GTEST_SKIP() << "the host backend was built without BLAS (no GEMM)";
-  testing::expect_all_ok(run_ranks(2, body), 2);
+  testing::expect_all_ok(run_ranks(2, [](int r, int n) { return body(r, n, kSmall); }), 2);
 }
 
 TEST(CollectiveMatmul, EqualsTheUnfusedPairOnThreeRanks) {
   if (!host_has_gemm()) GTEST_SKIP() << "the host backend was built without BLAS (no GEMM)";
-  testing::expect_all_ok(run_ranks(3, body), 3);
+  testing::expect_all_ok(run_ranks(3, [](int r, int n) { return body(r, n, kSmall); }), 3);
+}
+
+TEST(CollectiveMatmul, EqualsTheUnfusedPairOnFourRanks) {
+  if (!host_has_gemm()) GTEST_SKIP() << "the host backend was built without BLAS (no GEMM)";
+  testing::expect_all_ok(run_ranks(4, [](int r, int n) { return body(r, n, kSmall); }), 4);
+}
+
+TEST(CollectiveMatmul, EqualsTheUnfusedPairWithChunksLargerThanTheTransportBuffersOnThreeRanks) {
+  if (!host_has_gemm()) GTEST_SKIP() << "the host backend was built without BLAS (no GEMM)";
+  testing::expect_all_ok(run_ranks(3, [](int r, int n) { return body(r, n, kLarge); }), 3);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ Status GradSync::Impl::check_new_param(const std::string& name, const void* data
   }
   if (grad == nullptr) return invalid_argument(what + ": gradient buffer is null");
   if (count == 0) return invalid_argument(what + ": count is 0");
-  if (options.mode == SyncMode::kShardedOptimizer && data == nullptr) {
+  if (options.mode == SyncMode::kShardedOptimizer && data == nullptr) {  // ZeRO-3: zeros
     return invalid_argument(what + ": parameter buffer is null (the sharded optimizer mode " +
                             "all-gathers parameters into it)");
   }
@@ -138,14 +138,15 @@ Status GradSync::Impl::build() {
           "; every rank must register the same parameters in the same order");
     }
   }
-  const bool sharded = options.mode == SyncMode::kShardedOptimizer;
+  const bool sharded = this->sharded();
   for (size_t i = 0; i < buckets.size(); ++i) {
     Bucket& b = buckets[i];
     const size_t size = hal::dtype_size(b.info.dtype);
     b.shard = (b.info.count + size_t(n) - 1) / size_t(n);
     const size_t elements = sharded ? b.shard * size_t(n) : b.info.count;
     b.in_place = sharded ? nullptr : adjacent_gradients(b);
-    if (b.in_place == nullptr) {
+    // ZeRO-3 keeps no full-size buffer per bucket (one shared staging buffer instead).
+    if (b.in_place == nullptr && !sharded_params()) {
       TSR_ASSIGN_OR_RETURN(b.flat, device.allocate(elements * size));
       TSR_RETURN_IF_ERROR(comm_stream.memset(b.flat.data(), 0, elements * size));
     }
@@ -168,6 +169,7 @@ Status GradSync::Impl::build() {
   for (auto& p : params) {
     TSR_ASSIGN_OR_RETURN(p.ready, device.create_event(false));
   }
+  if (sharded_params()) TSR_RETURN_IF_ERROR(build_sharded_parameters());
   if (sharded) {
     for (Bucket& b : buckets) {
       const size_t size = hal::dtype_size(b.info.dtype);
@@ -183,7 +185,8 @@ Status GradSync::Impl::build() {
         s.param_offset = a - param.offset;
         s.count = z - a;
         s.grad = static_cast<char*>(b.reduced_shard.data()) + (a - lo) * size;
-        s.data = static_cast<char*>(param.data) + s.param_offset * size;
+        s.data = sharded_params() ? static_cast<char*>(b.param_shard.data()) + (a - lo) * size
+                                  : static_cast<char*>(param.data) + s.param_offset * size;
         segments.push_back(s);
         shard_elements += s.count;
       }

@@ -59,10 +59,6 @@ hal::ReduceOp reduce_op(Reduction r) {
   return r == Reduction::kAverage ? hal::ReduceOp::kAvg : hal::ReduceOp::kSum;
 }
 
-Status stamp(CodecContext& ctx, Clock::time_point* at) {
-  return ctx.host([at] { *at = Clock::now(); });
-}
-
 // ---- none: the plain collective, in place ----------------------------------------------------
 
 class PlainCodec final : public Codec {
@@ -71,11 +67,11 @@ class PlainCodec final : public Codec {
   std::string_view name() const override { return "none"; }
   size_t wire_bytes() const override { return count_ * hal::dtype_size(dtype_); }
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
-    TSR_RETURN_IF_ERROR(stamp(ctx, &times.encoded));
-    TSR_ASSIGN_OR_RETURN(coll::Work work, ctx.comm.allreduce(data, data, count_, dtype_,
-                                                             reduce_op(ctx.reduction), ctx.stream));
-    ctx.works.push_back(std::move(work));
-    return stamp(ctx, &times.communicated);
+    const hal::ReduceOp op = reduce_op(ctx.reduction);
+    coll::Communicator& comm = ctx.comm;
+    return ctx.collective(
+        [&comm, data, op, this] { return comm.allreduce(data, data, count_, dtype_, op); },
+        &times.encoded, &times.communicated);
   }
 
  private:
@@ -92,12 +88,13 @@ class Bf16Codec final : public Codec {
   size_t wire_bytes() const override { return count_ * 2; }
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
     TSR_RETURN_IF_ERROR(ctx.stream.cast(wire_.data(), DType::kBF16, data, DType::kF32, count_));
-    TSR_RETURN_IF_ERROR(stamp(ctx, &times.encoded));
-    TSR_ASSIGN_OR_RETURN(coll::Work work,
-                         ctx.comm.allreduce(wire_.data(), wire_.data(), count_, DType::kBF16,
-                                            reduce_op(ctx.reduction), ctx.stream));
-    ctx.works.push_back(std::move(work));
-    TSR_RETURN_IF_ERROR(stamp(ctx, &times.communicated));
+    const hal::ReduceOp op = reduce_op(ctx.reduction);
+    coll::Communicator& comm = ctx.comm;
+    TSR_RETURN_IF_ERROR(ctx.collective(
+        [&comm, op, this] {
+          return comm.allreduce(wire_.data(), wire_.data(), count_, DType::kBF16, op);
+        },
+        &times.encoded, &times.communicated));
     return ctx.stream.cast(data, DType::kF32, wire_.data(), DType::kBF16, count_);
   }
 
@@ -129,9 +126,10 @@ class TopKCodec final : public Codec {
       encode(g);
       times.encoded = Clock::now();
     }));
-    TSR_ASSIGN_OR_RETURN(coll::Work work, ctx.comm.allgather(send_.data(), recv_.data(), 2 * k_,
-                                                             DType::kI32, ctx.stream));
-    ctx.works.push_back(std::move(work));
+    coll::Communicator& comm = ctx.comm;
+    TSR_RETURN_IF_ERROR(ctx.collective(
+        [&comm, this] { return comm.allgather(send_.data(), recv_.data(), 2 * k_, DType::kI32); },
+        nullptr, nullptr));
     const bool average = ctx.reduction == Reduction::kAverage;
     return ctx.host([this, g, average, &times] {
       times.communicated = Clock::now();

@@ -1,7 +1,8 @@
 // Per-bucket reduction strategies: the plain collective, bf16 on the wire, top-k with error
 // feedback, PowerSGD. A codec enqueues its whole pipeline (encode, collectives, decode) on the
-// engine's communication stream; the host-side steps run as stream callbacks, which is valid
-// because the communicator already requires host-addressable buffers. Each codec object belongs
+// engine's communication stream; the host-side steps and the collectives (blocking calls) run as
+// stream callbacks, which is valid because the communicator already requires host-addressable
+// buffers. Each codec object belongs
 // to one bucket and keeps that bucket's error-feedback state.
 #pragma once
 
@@ -34,7 +35,12 @@ struct CodecContext {
   // Enqueues host work on `stream` (a callback); a failure of the stream or of the work is
   // recorded by the engine and reported by finish().
   std::function<Status(std::function<void()>)> host;
-  std::vector<coll::Work>& works;  // the collectives enqueued, for bounded waits
+  // Enqueues a blocking collective of `comm` (e.g. comm.allreduce without a stream) that runs on
+  // the stream's own thread, stamping `before` and `after` around it when given: no hand-off to
+  // the communicator's proxy thread and back per bucket. finish() waits for it (bounded).
+  std::function<Status(std::function<Status()>, Clock::time_point* before,
+                       Clock::time_point* after)>
+      collective;
 };
 
 // Little-endian byte strings for codec_state().

@@ -1,3 +1,4 @@
+// The ring collective matmuls (see the header for the schedule and why duplicate communicators).
 #include "tessera/overlap/collective_matmul.h"
 
 #include "tessera/common/log.h"
@@ -38,26 +39,46 @@ Result<std::unique_ptr<CollectiveMatmul>> CollectiveMatmul::create(
     return unimplemented("CollectiveMatmul: backend '" + device.backend_name() +
                          "' has no GEMM (gemm_async is NULL)");
   }
+  if (device.backend()->api().reduce_async == nullptr) {
+    return unimplemented("CollectiveMatmul: backend '" + device.backend_name() +
+                         "' has no reduce (reduce_async is NULL)");
+  }
   std::unique_ptr<CollectiveMatmul> cm(new CollectiveMatmul());
   cm->comm_ = std::move(comm);
   cm->device_ = device;
-  TSR_ASSIGN_OR_RETURN(cm->comm_stream_, device.create_stream(-1));
+  const int n = cm->comm_->size(), rank = cm->comm_->rank();
+  if (n > 1) {
+    // Edge r -> r+1 has colour r % 2; in an odd ring the closing edge n-1 -> 0 needs a third.
+    const int colours = n % 2 == 0 ? 2 : 3;
+    for (int c = 0; c < colours; ++c) {  // collective: every rank makes the same duplicates
+      auto dup = cm->comm_->split(0, rank);
+      if (!dup.ok()) return dup.status().with_context("CollectiveMatmul: ring communicator");
+      cm->edges_.push_back(std::move(dup.value()));
+    }
+    auto colour = [n](int r) { return n % 2 == 1 && r == n - 1 ? 2 : r % 2; };
+    cm->send_comm_ = cm->edges_[size_t(colour(rank))].get();
+    cm->recv_comm_ = cm->edges_[size_t(colour((rank + n - 1) % n))].get();
+  }
+  TSR_ASSIGN_OR_RETURN(cm->send_stream_, device.create_stream(-1));
+  TSR_ASSIGN_OR_RETURN(cm->recv_stream_, device.create_stream(-1));
+  TSR_ASSIGN_OR_RETURN(cm->inputs_, device.create_event(false));
   TSR_ASSIGN_OR_RETURN(cm->done_, device.create_event(false));
   return cm;
 }
 
 CollectiveMatmul::~CollectiveMatmul() {
-  if (comm_stream_.handle() != nullptr) {
-    if (Status s = comm_stream_.synchronize(); !s.ok()) {
-      TSR_LOG(kWarn, "overlap") << "CollectiveMatmul teardown: " << s.to_string();
+  for (hal::Stream* s : {&send_stream_, &recv_stream_}) {
+    if (s->handle() == nullptr) continue;
+    if (Status st = s->synchronize(); !st.ok()) {
+      TSR_LOG(kWarn, "overlap") << "CollectiveMatmul teardown: " << st.to_string();
     }
   }
 }
 
-Status CollectiveMatmul::ensure_events(size_t count) {
-  while (events_.size() < count) {
+Status CollectiveMatmul::ensure_events(std::vector<hal::Event>& events, size_t count) {
+  while (events.size() < count) {
     TSR_ASSIGN_OR_RETURN(hal::Event e, device_->create_event(false));
-    events_.push_back(std::move(e));
+    events.push_back(std::move(e));
   }
   return Status();
 }
@@ -71,30 +92,40 @@ Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard,
   if (!x_shard || !w || !x_full || !y) return invalid_argument("allgather_matmul: null buffer");
   const int ranks = comm_->size(), rank = comm_->rank();
   const size_t chunk = size_t(m_shard * k);
-  TSR_RETURN_IF_ERROR(ensure_events(size_t(ranks) + 1));
+  const size_t out_chunk = size_t(m_shard * n);
+  const int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
+  TSR_RETURN_IF_ERROR(ensure_events(arrived_, size_t(ranks)));
   works_.clear();
-  // The communication stream starts once x_shard is written.
-  hal::Event& inputs = events_[size_t(ranks)];
-  TSR_RETURN_IF_ERROR(inputs.record(compute));
-  TSR_RETURN_IF_ERROR(comm_stream_.wait(inputs));
-  for (int s = 0; s < ranks; ++s) {
-    float* slot = x_full + size_t(s) * chunk;
-    const float* send = s == rank ? x_shard : slot;
-    TSR_ASSIGN_OR_RETURN(coll::Work work,
-                         comm_->broadcast(send, slot, chunk, hal::DType::kF32, s, comm_stream_));
-    works_.push_back(std::move(work));
-    TSR_RETURN_IF_ERROR(events_[size_t(s)].record(comm_stream_));
+  // The sends start once x_shard is written; this rank's block goes into the gathered X (as the
+  // all-gather would put it) and is multiplied before anything moved.
+  TSR_RETURN_IF_ERROR(inputs_.record(compute));
+  TSR_RETURN_IF_ERROR(send_stream_.wait(inputs_));
+  // Receives overwrite x_full: after the compute work before this call (an earlier call's GEMMs).
+  TSR_RETURN_IF_ERROR(recv_stream_.wait(inputs_));
+  TSR_RETURN_IF_ERROR(compute.copy(x_full + size_t(rank) * chunk, x_shard, chunk * sizeof(float)));
+  TSR_RETURN_IF_ERROR(
+      compute.gemm(row_major_gemm(x_shard, m_shard, k, k, w, n, y + size_t(rank) * out_chunk, n)));
+  for (int s = 0; s + 1 < ranks; ++s) {
+    const int give = (rank - s + ranks) % ranks;      // own block, then the one received last
+    const int take = (rank - s - 1 + ranks) % ranks;  // arrives from the previous rank
+    const float* src = s == 0 ? x_shard : x_full + size_t(give) * chunk;
+    if (s > 0) TSR_RETURN_IF_ERROR(send_stream_.wait(arrived_[size_t(s - 1)]));
+    TSR_ASSIGN_OR_RETURN(coll::Work sent,
+                         send_comm_->send(src, chunk, hal::DType::kF32, next, send_stream_));
+    works_.push_back(std::move(sent));
+    float* slot = x_full + size_t(take) * chunk;
+    TSR_ASSIGN_OR_RETURN(coll::Work got,
+                         recv_comm_->recv(slot, chunk, hal::DType::kF32, prev, recv_stream_));
+    works_.push_back(std::move(got));
+    TSR_RETURN_IF_ERROR(arrived_[size_t(s)].record(recv_stream_));
+    // This block's GEMM runs while the next block moves.
+    TSR_RETURN_IF_ERROR(compute.wait(arrived_[size_t(s)]));
+    TSR_RETURN_IF_ERROR(
+        compute.gemm(row_major_gemm(slot, m_shard, k, k, w, n, y + size_t(take) * out_chunk, n)));
   }
-  // This rank's rows first (nothing to wait for), then each chunk as it arrives.
-  TSR_RETURN_IF_ERROR(compute.gemm(
-      row_major_gemm(x_shard, m_shard, k, k, w, n, y + size_t(rank) * size_t(m_shard * n), n)));
-  for (int s = 0; s < ranks; ++s) {
-    if (s == rank) continue;
-    TSR_RETURN_IF_ERROR(compute.wait(events_[size_t(s)]));
-    TSR_RETURN_IF_ERROR(compute.gemm(row_major_gemm(x_full + size_t(s) * chunk, m_shard, k, k, w, n,
-                                                    y + size_t(s) * size_t(m_shard * n), n)));
-  }
-  return Status();
+  // The last send still reads x_full: the caller may reuse it once compute is done.
+  TSR_RETURN_IF_ERROR(done_.record(send_stream_));
+  return compute.wait(done_);
 }
 
 Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, int64_t k_local,
@@ -113,27 +144,51 @@ Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, 
   }
   const int64_t rows = m / ranks;
   const size_t chunk = size_t(rows * n);
-  if (workspace_.size() < size_t(m * n) * sizeof(float)) {
-    TSR_RETURN_IF_ERROR(comm_stream_.synchronize());  // the old workspace may still be read
-    TSR_ASSIGN_OR_RETURN(workspace_, device_->allocate(size_t(m * n) * sizeof(float)));
+  const int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
+  if (ranks == 1)
+    return compute.gemm(row_major_gemm(x_local, rows, k_local, k_local, w_local, n, y_shard, n));
+  // Partial products (ranks chunks) and the sums received (ranks - 1 chunks).
+  const size_t bytes = (2 * size_t(ranks) - 1) * chunk * sizeof(float);
+  if (workspace_.size() < bytes) {
+    TSR_RETURN_IF_ERROR(send_stream_.synchronize());  // the old workspace may still be read
+    TSR_RETURN_IF_ERROR(recv_stream_.synchronize());
+    TSR_ASSIGN_OR_RETURN(workspace_, device_->allocate(bytes));
   }
-  float* ws = static_cast<float*>(workspace_.data());
-  TSR_RETURN_IF_ERROR(ensure_events(size_t(ranks)));
+  float* partial = static_cast<float*>(workspace_.data());
+  float* received = partial + size_t(ranks) * chunk;
+  TSR_RETURN_IF_ERROR(ensure_events(arrived_, size_t(ranks)));
+  TSR_RETURN_IF_ERROR(ensure_events(computed_, size_t(ranks)));
   works_.clear();
-  for (int d = 0; d < ranks; ++d) {
-    // Rank d's rows of this rank's partial product, then their reduction to rank d.
-    TSR_RETURN_IF_ERROR(
-        compute.gemm(row_major_gemm(x_local + size_t(d * rows * k_local), rows, k_local, k_local,
-                                    w_local, n, ws + size_t(d) * chunk, n)));
-    TSR_RETURN_IF_ERROR(events_[size_t(d)].record(compute));
-    TSR_RETURN_IF_ERROR(comm_stream_.wait(events_[size_t(d)]));
-    float* recv = d == rank ? y_shard : ws + size_t(d) * chunk;
-    TSR_ASSIGN_OR_RETURN(coll::Work work,
-                         comm_->reduce(ws + size_t(d) * chunk, recv, chunk, hal::DType::kF32,
-                                       hal::ReduceOp::kSum, d, comm_stream_));
-    works_.push_back(std::move(work));
+  // Receives overwrite the workspace: after an earlier call's adds (compute waited for them).
+  TSR_RETURN_IF_ERROR(inputs_.record(compute));
+  TSR_RETURN_IF_ERROR(recv_stream_.wait(inputs_));
+  for (int s = 0; s < ranks; ++s) {
+    // Block d's running sum starts on rank d+1 and ends, after ranks-1 hops, on rank d.
+    const int d = (rank - s - 1 + ranks) % ranks;
+    float* mine = partial + size_t(d) * chunk;
+    TSR_RETURN_IF_ERROR(compute.gemm(row_major_gemm(x_local + size_t(d * rows * k_local), rows,
+                                                    k_local, k_local, w_local, n, mine, n)));
+    TSR_RETURN_IF_ERROR(computed_[size_t(s)].record(compute));
+    TSR_RETURN_IF_ERROR(send_stream_.wait(computed_[size_t(s)]));
+    if (s > 0) {
+      float* in = received + size_t(s - 1) * chunk;
+      TSR_ASSIGN_OR_RETURN(coll::Work got,
+                           recv_comm_->recv(in, chunk, hal::DType::kF32, prev, recv_stream_));
+      works_.push_back(std::move(got));
+      TSR_RETURN_IF_ERROR(arrived_[size_t(s)].record(recv_stream_));
+      TSR_RETURN_IF_ERROR(send_stream_.wait(arrived_[size_t(s)]));
+      const void* const sources[] = {mine, in};
+      float* out = s + 1 == ranks ? y_shard : mine;
+      TSR_RETURN_IF_ERROR(
+          send_stream_.reduce(out, sources, chunk, hal::DType::kF32, hal::ReduceOp::kSum));
+    }
+    if (s + 1 < ranks) {
+      TSR_ASSIGN_OR_RETURN(coll::Work sent,
+                           send_comm_->send(mine, chunk, hal::DType::kF32, next, send_stream_));
+      works_.push_back(std::move(sent));
+    }
   }
-  TSR_RETURN_IF_ERROR(done_.record(comm_stream_));
+  TSR_RETURN_IF_ERROR(done_.record(send_stream_));
   return compute.wait(done_);
 }
 
@@ -141,7 +196,8 @@ Status CollectiveMatmul::wait(std::chrono::milliseconds timeout) {
   for (auto& work : works_) {
     if (Status s = work.wait(timeout); !s.ok()) return s.with_context("collective matmul");
   }
-  return comm_stream_.synchronize();
+  TSR_RETURN_IF_ERROR(send_stream_.synchronize());
+  return recv_stream_.synchronize();
 }
 
 }  // namespace tessera::overlap

@@ -2,6 +2,7 @@
 // zero.cc (shards and the parameter all-gather). Internal.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,16 @@ struct Param {
   size_t offset = 0;  // elements from the start of its bucket
   hal::Event ready;   // the engine's own: relays the trainer's event or marks its stream
   Mark mark = Mark::kNone;
+  int holds = 0;  // kShardedParameters: gather() calls not yet matched by release()
+};
+
+// The blocking collectives a bucket ran on the communication stream's thread in one step:
+// finish() waits (bounded) until every one enqueued has returned.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int enqueued = 0;
+  int finished = 0;
 };
 
 struct Bucket {
@@ -41,11 +52,29 @@ struct Bucket {
   std::unique_ptr<Codec> codec;
   int pending = 0;  // gradients not yet marked this step
   bool launched = false;
-  std::vector<coll::Work> works;
+  std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+  bool done_at_communicated = false;  // times.done is times.communicated (no stamp of its own)
   std::string algorithm;
   BucketTimes times;
-  hal::Event gathered;  // kShardedOptimizer: recorded after the parameter all-gather
+  hal::Event gathered;  // sharded modes: recorded after the parameter all-gather
   std::vector<coll::Work> gather_works;
+  // kShardedParameters: this rank's shard of the parameters (the optimizer updates it), and the
+  // pooled buffer holding the gathered bucket (-1: not gathered).
+  hal::DeviceBuffer param_shard;
+  int slot = -1;
+};
+
+// kShardedParameters: one pooled buffer for a gathered bucket. A slot is reusable once nothing
+// holds it and no prefetch reserved it; its next all-gather waits for `free` (the compute work
+// that read it last).
+struct GatherSlot {
+  hal::DeviceBuffer buffer;
+  int bucket = -1;        // the bucket whose parameters it holds, -1: none
+  int holders = 0;        // gathered parameters of that bucket not yet released
+  bool reserved = false;  // prefetched and not yet asked for
+  uint64_t last_use = 0;  // least recently used slots are taken first
+  hal::Event free;
+  bool free_recorded = false;
 };
 
 struct GradSync::Impl {
@@ -64,6 +93,16 @@ struct GradSync::Impl {
   bool built = false;
   std::vector<ShardSegment> segments;
   size_t shard_elements = 0;
+
+  // kShardedParameters: parameter all-gathers run on their own communicator (a duplicate made at
+  // build) and stream, so their order across ranks is the trainer's gather() order whatever
+  // order the gradient buckets complete in, and they overlap the reduce-scatters.
+  std::shared_ptr<coll::Communicator> gather_comm;
+  hal::Stream gather_stream;
+  std::vector<GatherSlot> slots;
+  size_t slot_bytes = 0;      // the largest bucket, padded to world x shard
+  hal::DeviceBuffer staging;  // the reduce-scatter input of every bucket, one at a time
+  uint64_t use_clock = 0;
 
   // The current step.
   uint64_t step = 0;
@@ -88,6 +127,8 @@ struct GradSync::Impl {
   explicit Impl(const hal::Device& d) : device(d) {}
 
   int rank() const { return comm->rank(); }
+  bool sharded() const { return options.mode != SyncMode::kAllReduce; }
+  bool sharded_params() const { return options.mode == SyncMode::kShardedParameters; }
   int world() const { return comm->size(); }
 
   // buckets.cc: checks the registration of a new parameter against the others.
@@ -100,11 +141,22 @@ struct GradSync::Impl {
   // grad_sync.cc
   Status host(std::function<void()> fn);
   Status launch(int bucket);
+  // Enqueues the blocking collective `fn` of bucket `index` on the communication stream (see
+  // CodecContext::collective), and finish()'s bounded wait for it.
+  Status collective(int index, std::function<Status()> fn, Clock::time_point* before,
+                    Clock::time_point* after);
+  Status wait_collectives(int index, const std::string& what);
   Status launch_ready_buckets();
   Status check_usable() const;
   Status fail_step(Status status, bool abort_comm);
   Status wait_works(std::vector<coll::Work>& works, const std::string& what);
   void record_callback_error(Status status);
+  // zero3.cc: all-gathers bucket `index` into a slot unless it is there. `demand`: gather() needs
+  // it (a slot is added when none is free); otherwise a prefetch, skipped when none is free.
+  Status ensure_gathered(int index, bool demand);
+  Status build_sharded_parameters();
+  Status wait_gathers(const std::string& what);
+  void forget_gathered();  // after a step: the shards change, gathered copies are stale
 };
 
 }  // namespace tessera::overlap

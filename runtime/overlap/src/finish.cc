@@ -55,6 +55,12 @@ Result<StepStats> GradSync::finish() {
   TSR_RETURN_IF_ERROR(m.check_usable());
   if (m.params.empty()) return StepStats{.step = m.step++};
   const Clock::time_point entry = Clock::now();
+  for (const Param& p : m.params) {
+    if (p.holds > 0) {  // its gathered copy would go stale under the optimizer
+      return failed_precondition("finish(): parameter '" + p.name + "' is still gathered (" +
+                                 std::to_string(p.holds) + " gather() without release())");
+    }
+  }
   if (!m.in_step) {
     TSR_RETURN_IF_ERROR(m.build());
     m.in_step = true;
@@ -103,17 +109,25 @@ Result<StepStats> GradSync::finish() {
     const std::string what = "step " + std::to_string(m.step) + ", bucket " + std::to_string(i) +
                              " (" + std::to_string(b.info.bytes) + " bytes, first parameter '" +
                              m.params[size_t(b.info.params.front())].name + "')";
-    if (Status s = m.wait_works(b.works, what); !s.ok()) return m.fail_step(s, true);
+    if (Status s = m.wait_collectives(int(i), what); !s.ok()) return m.fail_step(s, true);
   }
   if (Status s = m.comm_stream.synchronize(); !s.ok()) {
     return m.fail_step(s.with_context("overlap communication stream"), true);
+  }
+  if (m.sharded_params()) {
+    // Prefetches nobody asked for may still read the shards the optimizer is about to update.
+    if (Status s = m.wait_gathers("step " + std::to_string(m.step)); !s.ok()) {
+      return m.fail_step(s, true);
+    }
+    m.forget_gathered();
   }
   {
     std::lock_guard lock(m.callback_mutex);
     if (!m.callback_error.ok()) return m.fail_step(m.callback_error, true);
   }
   const Clock::time_point done = Clock::now();
-  for (const Bucket& b : m.buckets) {
+  for (Bucket& b : m.buckets) {
+    if (b.done_at_communicated) b.times.done = b.times.communicated;
     stats.payload_bytes += b.info.bytes;
     stats.wire_bytes +=
         b.codec ? b.codec->wire_bytes() : b.shard * hal::dtype_size(b.info.dtype) * m.world();

@@ -23,8 +23,19 @@ GradSync::~GradSync() {
   if (impl_->in_step && impl_->next_launch > 0 && impl_->failure.ok()) {
     impl_->comm->abort("GradSync destroyed in the middle of step " + std::to_string(impl_->step));
   }
+  if (impl_->gather_comm && impl_->failure.ok()) {
+    for (const Bucket& b : impl_->buckets) {
+      for (const coll::Work& w : b.gather_works) {
+        if (!w.done()) {
+          impl_->gather_comm->abort("GradSync destroyed with a parameter all-gather in flight");
+          break;
+        }
+      }
+      if (impl_->gather_comm->aborted()) break;
+    }
+  }
   // Nothing queued may outlive the buffers and codecs it uses.
-  for (hal::Stream* s : {&impl_->relay_stream, &impl_->comm_stream}) {
+  for (hal::Stream* s : {&impl_->relay_stream, &impl_->comm_stream, &impl_->gather_stream}) {
     if (s->handle() == nullptr) continue;
     if (Status st = s->synchronize(); !st.ok()) {
       TSR_LOG(kWarn, "overlap") << "GradSync teardown: " << st.to_string();
@@ -45,10 +56,13 @@ Result<std::unique_ptr<GradSync>> GradSync::create(std::shared_ptr<coll::Communi
     return invalid_argument("GradSync: codec.powersgd_rank " + std::to_string(c.powersgd_rank) +
                             " must be at least 1");
   }
-  if (options.mode == SyncMode::kShardedOptimizer && c.kind != CodecKind::kNone) {
-    return invalid_argument(
-        std::string("GradSync: codec '") + std::string(codec_name(c.kind)) +
-        "' is only supported in allreduce mode, not with the sharded optimizer");
+  if (options.mode != SyncMode::kAllReduce && c.kind != CodecKind::kNone) {
+    return invalid_argument(std::string("GradSync: codec '") + std::string(codec_name(c.kind)) +
+                            "' is only supported in allreduce mode, not with the sharded modes");
+  }
+  if (options.prefetch_buckets < 0) {
+    return invalid_argument("GradSync: prefetch_buckets " +
+                            std::to_string(options.prefetch_buckets) + " is negative");
   }
   if (c.kind == CodecKind::kPowerSgd && device.backend()->api().gemm_async == nullptr) {
     return unimplemented("GradSync: codec 'powersgd' needs GEMM, which backend '" +
@@ -120,9 +134,14 @@ Status GradSync::Impl::check_usable() const {
 }
 
 Status GradSync::Impl::fail_step(Status status, bool abort_comm) {
-  if (abort_comm) comm->abort("overlap step " + std::to_string(step) + ": " + status.message());
+  if (abort_comm) {
+    comm->abort("overlap step " + std::to_string(step) + ": " + status.message());
+    if (gather_comm)
+      gather_comm->abort("overlap step " + std::to_string(step) + ": " + status.message());
+  }
   // The aborted communicator releases every queued collective, so the streams drain.
   comm_stream.synchronize().ignore();
+  if (gather_stream.handle() != nullptr) gather_stream.synchronize().ignore();
   relay_stream.synchronize().ignore();
   failure = status;
   in_step = false;
@@ -142,13 +161,59 @@ Status GradSync::Impl::wait_works(std::vector<coll::Work>& works, const std::str
   return Status();
 }
 
+Status GradSync::Impl::collective(int index, std::function<Status()> fn, Clock::time_point* before,
+                                  Clock::time_point* after) {
+  std::shared_ptr<Completion> done = buckets[size_t(index)].completion;
+  {
+    std::lock_guard lock(done->mutex);
+    ++done->enqueued;
+  }
+  // On the stream's thread: the stream reaching this point is the collective's start, with no
+  // hand-off to the communicator's proxy thread and back (two thread wake-ups per bucket, which
+  // on a loaded host cost more than a small bucket's transfer).
+  Status queued = comm_stream.add_callback(
+      [this, done, index, fn = std::move(fn), before, after](Status upstream) {
+        Status s = upstream;
+        if (s.ok()) {
+          if (before) *before = Clock::now();
+          s = fn();
+          if (after) *after = Clock::now();
+        }
+        if (!s.ok()) {
+          record_callback_error(
+              s.with_context("step " + std::to_string(step) + ", bucket " + std::to_string(index)));
+        }
+        {
+          std::lock_guard lock(done->mutex);
+          ++done->finished;
+        }
+        done->cv.notify_all();
+      });
+  if (!queued.ok()) {
+    std::lock_guard lock(done->mutex);
+    --done->enqueued;
+  }
+  return queued;
+}
+
+Status GradSync::Impl::wait_collectives(int index, const std::string& what) {
+  Completion& done = *buckets[size_t(index)].completion;
+  std::unique_lock lock(done.mutex);
+  if (!done.cv.wait_for(lock, timeout, [&] { return done.finished == done.enqueued; })) {
+    TSR_LOG(kError, "overlap") << what << " timed out; flight record:\n" << comm->flight_record();
+    return deadline_exceeded(what + ": not done within " + std::to_string(timeout.count()) +
+                             " ms (a rank did not take part; see the flight record)");
+  }
+  done.enqueued = done.finished = 0;
+  return Status();
+}
+
 Status GradSync::Impl::launch(int index) {
   Bucket& b = buckets[size_t(index)];
   const size_t size = hal::dtype_size(b.info.dtype);
-  char* flat = static_cast<char*>(b.flat.data());
+  char* flat = static_cast<char*>(sharded_params() ? staging.data() : b.flat.data());
   b.times = BucketTimes{};
   b.times.launched = Clock::now();
-  b.works.clear();
   for (int p : b.info.params) {
     const Param& param = params[size_t(p)];
     char* slot = b.in_place ? static_cast<char*>(param.grad) : flat + param.offset * size;
@@ -160,19 +225,34 @@ Status GradSync::Impl::launch(int index) {
     }
   }
   BucketTimes& t = b.times;
-  TSR_RETURN_IF_ERROR(host([&t] { t.started = Clock::now(); }));
-  if (options.mode == SyncMode::kShardedOptimizer) {
-    TSR_RETURN_IF_ERROR(host([&t] { t.encoded = Clock::now(); }));
-    TSR_ASSIGN_OR_RETURN(coll::Work work,
-                         comm->reduce_scatter(flat, b.reduced_shard.data(), b.shard, b.info.dtype,
-                                              reduce_op(options.reduction), comm_stream));
-    b.works.push_back(std::move(work));
-    TSR_RETURN_IF_ERROR(host([&t] { t.communicated = Clock::now(); }));
+  if (sharded()) {
+    // The shared staging buffer's padding may hold another bucket's values: zero it.
+    const size_t padded = b.shard * size_t(world());
+    if (sharded_params() && padded > b.info.count) {
+      TSR_RETURN_IF_ERROR(
+          comm_stream.memset(flat + b.info.count * size, 0, (padded - b.info.count) * size));
+    }
+    void* shard = b.reduced_shard.data();
+    const size_t count = b.shard;
+    const DType dtype = b.info.dtype;
+    const hal::ReduceOp op = reduce_op(options.reduction);
+    TSR_RETURN_IF_ERROR(collective(
+        index,
+        [this, flat, shard, count, dtype, op, &t] {
+          t.started = t.encoded = Clock::now();
+          return comm->reduce_scatter(flat, shard, count, dtype, op);
+        },
+        nullptr, &t.communicated));
     b.algorithm = std::string(
         comm->algorithm_for(coll::OpKind::kReduceScatter, b.shard * size * size_t(world())));
   } else {
+    TSR_RETURN_IF_ERROR(host([&t] { t.started = Clock::now(); }));
     CodecContext ctx{*comm, comm_stream, options.reduction,
-                     [this](std::function<void()> fn) { return host(std::move(fn)); }, b.works};
+                     [this](std::function<void()> fn) { return host(std::move(fn)); },
+                     [this, index](std::function<Status()> fn, Clock::time_point* before,
+                                   Clock::time_point* after) {
+                       return collective(index, std::move(fn), before, after);
+                     }};
     TSR_RETURN_IF_ERROR(b.codec->enqueue(ctx, b.in_place ? b.in_place : flat, t));
     for (int p : b.in_place ? std::vector<int>{} : b.info.params) {
       const Param& param = params[size_t(p)];
@@ -181,7 +261,10 @@ Status GradSync::Impl::launch(int index) {
     b.algorithm =
         std::string(comm->algorithm_for(b.codec->wire_op(), b.codec->wire_message_bytes()));
   }
-  TSR_RETURN_IF_ERROR(host([&t] { t.done = Clock::now(); }));
+  // Nothing after the collective (an in-place plain allreduce): its end is the bucket's, and a
+  // callback only to read the clock would cost the stream a hop.
+  b.done_at_communicated = b.in_place != nullptr && b.codec && b.codec->name() == "none";
+  if (!b.done_at_communicated) TSR_RETURN_IF_ERROR(host([&t] { t.done = Clock::now(); }));
   b.launched = true;
   return Status();
 }

@@ -78,20 +78,21 @@ class PowerSgdCodec final : public Codec {
     // P = M Q  <=>  P^T (r x rows) = Q^T (r x cols) M^T (cols x rows).
     TSR_RETURN_IF_ERROR(
         ctx.stream.gemm(gemm(r, rows, cols, q_.data(), r, 0, m_.data(), cols, 0, p_.data(), r)));
-    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.encoded = Clock::now(); }));
-    TSR_ASSIGN_OR_RETURN(coll::Work p_work,
-                         ctx.comm.allreduce(p_.data(), p_.data(), p_.size(), DType::kF32,
-                                            hal::ReduceOp::kAvg, ctx.stream));
-    ctx.works.push_back(std::move(p_work));
+    coll::Communicator& comm = ctx.comm;
+    TSR_RETURN_IF_ERROR(ctx.collective(
+        [&comm, this] {
+          return comm.allreduce(p_.data(), p_.data(), p_.size(), DType::kF32, hal::ReduceOp::kAvg);
+        },
+        &times.encoded, nullptr));
     TSR_RETURN_IF_ERROR(ctx.host([this] { orthonormalise_p(); }));
     // Q = M^T P  <=>  Q^T (r x cols) = P^T (r x rows) M (rows x cols), M = (M^T)^T.
     TSR_RETURN_IF_ERROR(
         ctx.stream.gemm(gemm(r, cols, rows, p_.data(), r, 0, m_.data(), cols, 1, q_.data(), r)));
-    TSR_ASSIGN_OR_RETURN(coll::Work q_work,
-                         ctx.comm.allreduce(q_.data(), q_.data(), q_.size(), DType::kF32,
-                                            hal::ReduceOp::kAvg, ctx.stream));
-    ctx.works.push_back(std::move(q_work));
-    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.communicated = Clock::now(); }));
+    TSR_RETURN_IF_ERROR(ctx.collective(
+        [&comm, this] {
+          return comm.allreduce(q_.data(), q_.data(), q_.size(), DType::kF32, hal::ReduceOp::kAvg);
+        },
+        nullptr, &times.communicated));
     // approx = P Q^T  <=>  approx^T (cols x rows) = Q (cols x r) P^T (r x rows), Q = (Q^T)^T.
     TSR_RETURN_IF_ERROR(ctx.stream.gemm(
         gemm(cols, rows, r, q_.data(), r, 1, p_.data(), r, 0, approx_.data(), cols)));

@@ -53,6 +53,7 @@ Result<std::unique_ptr<Trace>> Trace::open(std::string_view path, int rank) {
   meta("thread_name", kCompute, "compute");
   meta("thread_name", kComm, "communication stream");
   meta("thread_name", kEngine, "overlap engine");
+  meta("thread_name", kGather, "parameter all-gather stream");
   trace->flush();
   return trace;
 }

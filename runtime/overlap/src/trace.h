@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 class Trace {
  public:
   // Lanes of one rank's timeline.
-  enum Lane : int { kCompute = 1, kComm = 2, kEngine = 3 };
+  enum Lane : int { kCompute = 1, kComm = 2, kEngine = 3, kGather = 4 };
 
   // "trace.json" for rank 3 -> "trace.rank3.json"; no extension -> "<path>.rank3.json".
   static std::string rank_path(std::string_view path, int rank);

@@ -9,11 +9,27 @@ namespace tessera::overlap {
 Status GradSync::gather_parameters(const hal::Stream* optimizer) {
   Impl& m = *impl_;
   TSR_RETURN_IF_ERROR(m.check_usable());
-  if (m.options.mode != SyncMode::kShardedOptimizer) {
-    return failed_precondition("gather_parameters: only in the sharded optimizer mode");
+  if (!m.sharded()) {
+    return failed_precondition("gather_parameters: only in the sharded modes");
   }
   if (!m.built || m.in_step) {
     return failed_precondition("gather_parameters: call it after finish() and the optimizer");
+  }
+  if (m.sharded_params()) {
+    // ZeRO-3: nothing to copy back; later gathers wait for the optimizer, and the next
+    // forward's first prefetch_buckets buckets (the last ones) start moving now.
+    if (optimizer != nullptr) {
+      TSR_ASSIGN_OR_RETURN(hal::Event done, m.device.create_event(false));
+      TSR_RETURN_IF_ERROR(done.record(*optimizer));
+      TSR_RETURN_IF_ERROR(m.gather_stream.wait(done));
+      // The next step's reduce-scatters overwrite the gradient shards the optimizer reads.
+      TSR_RETURN_IF_ERROR(m.comm_stream.wait(done));
+    }
+    const int last = int(m.buckets.size()) - 1;
+    for (int i = last; i >= 0 && i > last - m.options.prefetch_buckets; --i) {
+      if (Status s = m.ensure_gathered(i, /*demand=*/false); !s.ok()) return m.fail_step(s, true);
+    }
+    return Status();
   }
   if (optimizer != nullptr) {
     // The relay stream records after the optimizer's work; the communication stream waits.
@@ -58,10 +74,15 @@ Status GradSync::wait_parameter(int param, const hal::Stream& compute) {
     return out_of_range("wait_parameter: parameter index " + std::to_string(param) +
                         " is not registered");
   }
-  if (m.options.mode != SyncMode::kShardedOptimizer || !m.built) {
+  if (!m.sharded() || !m.built) {
     return failed_precondition("wait_parameter: no parameter all-gather in this engine yet");
   }
-  return compute.wait(m.buckets[size_t(m.params[size_t(param)].bucket)].gathered);
+  const Bucket& b = m.buckets[size_t(m.params[size_t(param)].bucket)];
+  if (m.sharded_params() && b.slot < 0) {
+    return failed_precondition("wait_parameter: parameter '" + m.params[size_t(param)].name +
+                               "' is not gathered (in the sharded parameters mode, gather() it)");
+  }
+  return compute.wait(b.gathered);
 }
 
 Status GradSync::wait_parameters() {
@@ -75,6 +96,9 @@ Status GradSync::wait_parameters() {
   }
   if (Status s = m.comm_stream.synchronize(); !s.ok()) {
     return m.fail_step(s.with_context("overlap communication stream"), true);
+  }
+  if (m.sharded_params()) {
+    if (Status s = m.wait_gathers("wait_parameters"); !s.ok()) return m.fail_step(s, true);
   }
   return Status();
 }

@@ -1,21 +1,30 @@
-// Collective matmuls for tensor parallelism, with the communication cut into one chunk per rank
-// so that each chunk's GEMM (the HAL GEMM, on the caller's compute stream) runs while the next
-// chunk moves (on the engine's communication stream):
+// Collective matmuls for tensor parallelism, run as a ring: the communication is cut into one
+// chunk per rank, and at every step each rank sends one chunk to the next rank and receives one
+// from the previous (send/recv on the communicator, queued on the object's send and receive
+// streams) while the GEMM of a chunk already present runs on the caller's compute stream, so each
+// chunk's GEMM overlaps the next chunk's transfer:
 //
 //   allgather_matmul:       Y = allgather_rows(X_r) W        (sequence-parallel input, column-
-//                           parallel weight); chunk s is rank s's rows of X, moved by a
-//                           broadcast from rank s; Y's rows of chunk s are multiplied as soon as
-//                           it arrives (this rank's own chunk first, before anything moved).
-//                           Bit for bit what allgather + one GEMM gives.
+//                           parallel weight). Step s passes on the block received at step s-1
+//                           (this rank's own at step 0) and receives block rank-s-1; this
+//                           rank's rows are multiplied before anything moved, every other block
+//                           as soon as it arrived. Bit for bit what allgather + one GEMM gives.
 //   matmul_reduce_scatter:  Y_r = rows r of sum_q X_q W_q    (row-parallel weight, reduce-
-//                           scattered output); chunk d is the partial product of rank d's rows,
-//                           reduced to rank d while the next chunk's GEMM runs. Equal to GEMM +
+//                           scattered output). Step s computes the partial product of block
+//                           rank-s-1, adds the running sum received from the previous rank (on
+//                           the send stream, HAL reduce) and passes it on; after ranks-1 steps
+//                           block r holds the whole sum on rank r. The GEMMs run back to back on
+//                           the compute stream while the sums travel. Equal to GEMM +
 //                           reduce_scatter within f32 summation-order tolerance.
 //
-// Matrices are row-major f32. The chunks move as broadcasts/reduces in rank order (the
-// communicator runs queued operations one at a time, so a ring of paired send/recv would
-// serialise the same way); the volume per rank is that of a ring all-gather/reduce-scatter.
-// Like GradSync, one thread uses an object, and buffers must be host-addressable.
+// Why duplicate communicators: a communicator runs its queued operations one at a time, so a
+// send to the next rank and a receive from the previous one would serialise (and deadlock once a
+// message outgrows the transport's buffering). Each ring edge r -> r+1 gets its own duplicate of
+// the communicator (edges coloured so that no rank sends and receives on the same one: two
+// colours for an even ring, three for an odd one), so both directions move at once.
+//
+// Matrices are row-major f32. Like GradSync, one thread uses an object, and buffers must be
+// host-addressable. Needs a backend with GEMM and reduce.
 #pragma once
 
 #include <chrono>
@@ -54,13 +63,19 @@ class CollectiveMatmul {
 
  private:
   CollectiveMatmul() = default;
-  Status ensure_events(size_t count);
+  Status ensure_events(std::vector<hal::Event>& events, size_t count);
   std::shared_ptr<coll::Communicator> comm_;
+  std::vector<std::shared_ptr<coll::Communicator>> edges_;  // one per ring edge colour
+  coll::Communicator* send_comm_ = nullptr;                 // this rank -> next
+  coll::Communicator* recv_comm_ = nullptr;                 // previous -> this rank
   std::optional<hal::Device> device_;
-  hal::Stream comm_stream_;
-  std::vector<hal::Event> events_;
+  hal::Stream send_stream_;
+  hal::Stream recv_stream_;
+  std::vector<hal::Event> arrived_;   // per step: the chunk received at that step is in place
+  std::vector<hal::Event> computed_;  // per step: that step's GEMM is done
+  hal::Event inputs_;
   hal::Event done_;
-  hal::DeviceBuffer workspace_;
+  hal::DeviceBuffer workspace_;  // matmul_reduce_scatter: partial products, then received sums
   std::vector<coll::Work> works_;
 };
 

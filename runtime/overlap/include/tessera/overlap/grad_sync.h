@@ -11,14 +11,22 @@
 // stream, waiting only for the events of its own gradients; buckets launch in index order on
 // every rank, so the collectives match across ranks whatever order the marks come in.
 //
-// Modes: kAllReduce (data parallel: every rank gets the reduced gradient in its grad buffers) and
+// Modes: kAllReduce (data parallel: every rank gets the reduced gradient in its grad buffers),
 // kShardedOptimizer (ZeRO-1/2: each bucket is reduce-scattered, each rank owns one shard of it and
 // runs the optimizer on its shard only (shard_segments()); gather_parameters() then all-gathers
-// the updated parameters, first layers first).
+// the updated parameters, first layers first) and kShardedParameters (ZeRO-3: the engine keeps
+// only this rank's shard of the parameters; gather(i, stream, pass) all-gathers the bucket holding
+// parameter i into a pooled buffer just before a layer runs, prefetching the next buckets of the
+// pass, and release(i, stream) hands the buffer back for reuse; gradients are reduce-scattered as
+// in ZeRO-2).
 //
 // Thread-safety: a GradSync is used by one thread (the trainer's), like its communicator, which
-// it must not share with other threads while a step is in flight. Buffers: device memory whose
-// host can address it (the host backend), or host memory, as the communicator requires.
+// it must not share with other threads while a step is in flight. Nor may that thread queue other
+// operations on the communicator during a step: the engine runs its collectives in stream order
+// on its own stream's thread, so their order relative to other traffic could differ between
+// ranks (give other traffic its own communicator, e.g. from split()). Between steps it is free.
+// Buffers: device memory whose host can address it (the host backend), or host memory, as the
+// communicator requires.
 #pragma once
 
 #include <chrono>
@@ -39,9 +47,14 @@ namespace tessera::overlap {
 using hal::DType;
 
 enum class SyncMode {
-  kAllReduce,         // plain data parallel
-  kShardedOptimizer,  // ZeRO-1/2: reduce-scatter + parameter all-gather after the optimizer
+  kAllReduce,          // plain data parallel
+  kShardedOptimizer,   // ZeRO-1/2: reduce-scatter + parameter all-gather after the optimizer
+  kShardedParameters,  // ZeRO-3: parameters sharded too, all-gathered per bucket with prefetch
 };
+
+// The direction of a pass over the layers, for kShardedParameters' prefetch: the forward pass
+// runs parameters in registration order, the backward pass in reverse.
+enum class Pass { kForward, kBackward };
 
 enum class Reduction { kAverage, kSum };
 
@@ -73,6 +86,9 @@ struct GradSyncOptions {
   // and aborts the communicator (so peers fail at once instead of at their timeout); true treats
   // them as unused (zero contribution), the rule for models with parameters a step may skip.
   bool zero_fill_unmarked = false;
+  // kShardedParameters: buckets all-gathered ahead of the one gather() asks for, in the direction
+  // of the pass (the next layers' parameters move while this layer computes). 0: no prefetch.
+  int prefetch_buckets = 1;
   // Bound on each wait of finish() and wait_parameters(). 0: 300 s.
   std::chrono::milliseconds timeout{0};
   // Chrome trace file ("" : TESSERA_TRACE; still empty: no trace). Rank r writes <stem>.rank<r>
@@ -95,13 +111,23 @@ struct StepStats {
 
 // One contiguous piece of this rank's optimizer shard (kShardedOptimizer): `count` elements of
 // parameter `param` from element `param_offset`; `grad` points at the reduced gradient (engine
-// memory, valid after finish() until the next step), `data` into the parameter itself.
+// memory, valid after finish() until the next step), `data` into the parameter itself
+// (kShardedParameters: into the engine's shard of it, which the optimizer updates in place).
 struct ShardSegment {
   int param = 0;
   size_t param_offset = 0;
   size_t count = 0;
   void* grad = nullptr;
   void* data = nullptr;
+};
+
+// Engine memory of the sharded modes on this rank (kShardedParameters: everything the engine holds
+// for the parameters; compare with the model's full size to see what sharding saves).
+struct ShardedMemory {
+  size_t parameter_shard_bytes = 0;  // kShardedParameters: this rank's parameter shards
+  size_t gradient_shard_bytes = 0;   // the reduced gradient shards the optimizer reads
+  size_t gather_buffer_bytes = 0;    // kShardedParameters: the pool of gathered buckets
+  size_t staging_bytes = 0;          // full-size bucket buffers (reduce-scatter input)
 };
 
 // What a bucket holds (for tests, tools and traces).
@@ -129,9 +155,11 @@ class GradSync {
 
   // ---- registration (before the first mark) ---------------------------------------------
   // Registers a parameter and its gradient (`count` elements of `dtype` each); returns its index.
-  // `data` may be null in kAllReduce mode. Errors: null grad, count 0, a buffer not aligned to
-  // the element size, a buffer overlapping another registered one (both named), a duplicate
-  // name, or registration after the first mark.
+  // `data` may be null in kAllReduce mode. In kShardedParameters mode `data` (null: zeros) is read
+  // once, when the buckets are formed, for this rank's shard; the engine never touches it again,
+  // so the trainer may free it then (buckets() forms them). Errors: null grad, count 0, a buffer
+  // not aligned to the element size, a buffer overlapping another registered one (both named), a
+  // duplicate name, or registration after the first mark.
   Result<int> add_parameter(std::string name, void* data, void* grad, size_t count, DType dtype);
 
   // ---- one step ------------------------------------------------------------------------------
@@ -153,13 +181,28 @@ class GradSync {
   size_t shard_elements() const;  // total elements of this rank's shard
   // All-gathers the parameters (each rank contributes its shard's `data`), first layers first,
   // on the communication stream after the work queued so far on `optimizer` (null: the
-  // optimizer ran on the host and is done). Returns at once.
+  // optimizer ran on the host and is done). Returns at once. kShardedParameters: later gathers
+  // wait for `optimizer` (call it whenever the optimizer runs on a stream), and the first
+  // buckets of the next forward are prefetched.
   Status gather_parameters(const hal::Stream* optimizer = nullptr);
   // `compute` waits until parameter `param` is gathered (the next forward's first layers can
   // start while the rest still moves).
   Status wait_parameter(int param, const hal::Stream& compute);
   // Blocks until every gathered parameter is in place.
   Status wait_parameters();
+
+  // ---- kShardedParameters (ZeRO-3) ----------------------------------------------------------
+  // The full parameter `param`, gathered: its bucket is all-gathered into a pooled buffer unless
+  // it already is (a prefetch, or an earlier gather of the step), then the next
+  // `prefetch_buckets` buckets of `pass` are all-gathered ahead while `compute` works. `compute`
+  // waits for the bucket; the pointer stays valid until the matching release(). Every rank must
+  // gather the same parameters in the same order (the gathers are collectives). Gathers may nest
+  // (a tied weight): each needs its own release. The first call forms the buckets (collective).
+  Result<void*> gather(int param, const hal::Stream& compute, Pass pass = Pass::kForward);
+  // The work queued so far on `compute` is the last to read the gathered `param`; once every
+  // parameter of its bucket is released, the buffer may take another bucket (after that work).
+  Status release(int param, const hal::Stream& compute);
+  ShardedMemory memory() const;
 
   // ---- codec state (error feedback, PowerSGD's Q) for the checkpointer --------------------
   // A versioned byte string; set_codec_state refuses one from another layout, naming the field.
