@@ -107,6 +107,13 @@ std::vector<std::string> default_search_dirs() {
       if (std::filesystem::is_directory(dir, ec)) dirs.push_back(dir.string());
     }
   }
+  // Relative to the library holding this code: <libdir>/libtessera_runtime.so -> <libdir>/tessera,
+  // so a program linked against a relocated install (not under its bin/) finds the backends too.
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&default_search_dirs), &self) != 0 && self.dli_fname) {
+    auto dir = std::filesystem::path(self.dli_fname).parent_path() / "tessera";
+    if (std::filesystem::is_directory(dir, ec)) dirs.push_back(dir.string());
+  }
   dirs.emplace_back(TESSERA_INSTALL_BACKEND_DIR);
   dirs.emplace_back(TESSERA_BUILD_BACKEND_DIR);
   // Drop repeats, keeping the first (highest-priority) occurrence.

@@ -9,6 +9,7 @@ namespace tessera::tools {
 
 void add_bench_coll_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   tessera::tools::add_bench_coll_command(app);
   tessera::tools::add_ckpt_command(app);
+  tessera::tools::add_demo_command(app);
   tessera::tools::add_devices_command(app);
   tessera::tools::add_launch_command(app);
   tessera::tools::add_plan_command(app);

@@ -1,0 +1,104 @@
+// tessera-train: the reference trainer. Started once per rank by `tessera launch -n N` (or alone
+// as a single rank); see examples/trainer/README.md.
+//
+//   tessera launch -n 4 tessera-train --plan tp=2,dp=2 --steps 20 --params-out final.bin
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "run.h"
+
+int main(int argc, char** argv) {
+  using namespace tessera::trainer;
+  // One BLAS thread per rank: ranks already fill the cores, and a fixed thread count keeps the
+  // GEMMs' results reproducible. Must happen before the host backend (and OpenBLAS) loads.
+  setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
+  RunOptions o;
+  std::string size = "small", plan, plan_json;
+  int64_t hidden = 0, blocks = 0, classes = 0;
+  double lr = 1e-3;
+  size_t bucket_kb = 64;
+  CLI::App app{"Tessera's reference trainer: a residual MLP trained under any plan",
+               "tessera-train"};
+  // A flag given twice: the last one wins (scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--model-size", size, "tiny, small, medium or large")->capture_default_str();
+  app.add_option("--hidden", hidden, "override the hidden size");
+  app.add_option("--blocks", blocks, "override the number of blocks");
+  app.add_option("--classes", classes, "override the number of classes");
+  app.add_option("--plan", plan, "tp=,pp=,dp=,zero=,mbs=,stages=a+b (default: dp = world)");
+  app.add_option("--plan-json", plan_json, "the output of `tessera plan --json` (first plan)");
+  app.add_option("--global-batch", o.train.global_batch, "samples per step")->capture_default_str();
+  app.add_option("--steps", o.train.steps, "training steps")->capture_default_str();
+  app.add_option("--seed", o.train.seed, "seed of data and initial values")->capture_default_str();
+  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--bucket-kb", bucket_kb, "overlap engine bucket size, KiB")
+      ->capture_default_str();
+  app.add_option("--params-out", o.params_out, "write the gathered final parameters here");
+  app.add_option("--metrics", o.metrics_path, "rank 0 writes one JSON line per step here");
+  app.add_option("--log-every", o.log_every, "print a progress line every N steps (0: none)")
+      ->capture_default_str();
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (enables snapshots)");
+  app.add_option("--snapshot-every", o.snapshot_every, "in-memory snapshot every N steps")
+      ->capture_default_str();
+  app.add_option("--save-every", o.save_every,
+                 "every Nth save to storage is full, the others deltas (0: 4)")
+      ->capture_default_str();
+  app.add_option("--kill-rank", o.kill_rank, "fault injection: this rank SIGKILLs itself");
+  app.add_option("--kill-step", o.kill_step, "... before this step, in generation 0 only");
+  app.add_option("--switch-step", o.switch_step, "re-plan before this step");
+  app.add_option("--switch-plan", o.switch_plan_text, "the plan after --switch-step");
+  app.add_option("--switch-batch", o.switch_batch, "the global batch after --switch-step");
+  bool print_model = false;
+  app.add_flag("--print-model", print_model,
+               "print the model as an IR layer list (for `tessera plan --model`) and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  auto spec = model_spec_preset(size);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "tessera-train: %s\n", spec.status().message().c_str());
+    return 2;
+  }
+  o.train.model = *spec;
+  if (hidden > 0) o.train.model.hidden = hidden;
+  if (blocks > 0) o.train.model.blocks = blocks;
+  if (classes > 0) o.train.model.classes = classes;
+  if (print_model) {
+    const ModelSpec& m = o.train.model;
+    std::printf(
+        "{\"name\": \"tessera-mlp-h%lld-l%lld\", \"hidden\": %lld, \"bias\": true, "
+        "\"dropout\": false,\n \"layers\": [{\"repeat\": %lld, \"layers\": [{\"type\": \"mlp\", "
+        "\"ffn\": %lld, \"activation\": \"gelu\"}]},\n            {\"type\": \"lm_head\", "
+        "\"vocab\": %lld}]}\n",
+        (long long)m.hidden, (long long)m.blocks, (long long)m.hidden, (long long)m.blocks,
+        (long long)m.ffn_size(), (long long)m.classes);
+    return 0;
+  }
+  o.train.adam.lr = float(lr);
+  o.train.bucket_bytes = bucket_kb << 10;
+  if (!plan_json.empty()) {
+    std::ifstream f(plan_json);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto p = f ? plan_from_json(text, plan_json)
+               : tessera::Result<TrainPlan>(tessera::not_found(plan_json + ": cannot read"));
+    if (!p.ok()) {
+      std::fprintf(stderr, "tessera-train: %s\n", p.status().message().c_str());
+      return 2;
+    }
+    o.train.plan = *p;
+    o.plan_given = true;
+  } else if (!plan.empty()) {
+    auto p = parse_plan(plan);
+    if (!p.ok()) {
+      std::fprintf(stderr, "tessera-train: %s\n", p.status().message().c_str());
+      return 2;
+    }
+    o.train.plan = *p;
+    o.plan_given = true;
+  }
+  return run_training(o);
+}

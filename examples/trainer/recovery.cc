@@ -1,0 +1,328 @@
+#include "recovery.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+
+#include "tessera/checkpoint/comm_rank_group.h"
+#include "tessera/common/log.h"
+
+namespace tessera::trainer {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double wall_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+constexpr std::chrono::seconds kRestartWait{60};
+
+}  // namespace
+
+// Store key holding the plan after a switch (for a rank restarted later).
+const char* const kPlanKey = "tessera-train/plan";
+
+// Store key where a rank that kills itself (fault injection) leaves "<wall-clock us>:<step>".
+const char* const kKillTimeKey = "tessera-train/kill_time_us";
+
+Session::Session(RunOptions options, std::shared_ptr<coll::Bootstrap> bootstrap)
+    : o_(std::move(options)),
+      bootstrap_(std::move(bootstrap)),
+      restarted_(bootstrap_->info().generation > 0) {}
+
+Session::~Session() {
+  if (ckpt_) ckpt_->wait().status().ignore();
+  ckpt_.reset();
+  trainer_.reset();
+}
+
+std::string Session::rank_text() const {
+  return "rank " + std::to_string(bootstrap_->info().rank);
+}
+
+Status Session::start() {
+  const double t0 = now_s(), w0 = wall_s();
+  if (bootstrap_->info().generation > 0 && o_.switch_step >= 0) {
+    // Restarted after the plan switch: join the survivors in the plan they run now.
+    auto plan = bootstrap_->store().get(kPlanKey, std::chrono::milliseconds(100));
+    if (plan.ok()) {  // "<plan>;<global batch>"
+      const size_t semi = plan->find(';');
+      TSR_ASSIGN_OR_RETURN(o_.train.plan, parse_plan(plan->substr(0, semi)));
+      if (semi != std::string::npos) o_.train.global_batch = std::stoll(plan->substr(semi + 1));
+      switched_ = true;
+    }
+  }
+  TSR_ASSIGN_OR_RETURN(trainer_, Trainer::create(o_.train, bootstrap_));
+  if (o_.snapshot_every <= 0) return Status();
+  TSR_RETURN_IF_ERROR(make_checkpointer());
+  const int generation = bootstrap_->info().generation;
+  if (generation == 0) {
+    // Complete before step 1, so that a fault at any later point finds a snapshot somewhere.
+    SnapshotReport unused;
+    TSR_RETURN_IF_ERROR(snapshot(0, &unused));
+    return ckpt_->wait().status();
+  }
+  // A restarted rank: the survivors are re-forming with us; take our state from the buddy.
+  const double reformed = now_s();
+  TSR_ASSIGN_OR_RETURN(ckpt::RestoreResult r, restore());
+  recovery_.pending = true;
+  recovery_.restored_step = r.step;
+  recovery_.from_peer = r.from_peer;
+  recovery_.transfer_s = now_s() - reformed;
+  recovery_.reform_s = reformed - t0;
+  recovery_.restore_end = now_s();
+  recovery_.cause = "restarted as generation " + std::to_string(generation);
+  auto kill = bootstrap_->store().get(kKillTimeKey, std::chrono::milliseconds(100));
+  if (kill.ok()) {
+    recovery_.detect_s = w0 - double(std::stoll(*kill)) * 1e-6;  // kill -> this process started
+    // "<us>:<step>": the recovery is complete once the step the kill interrupted is done again.
+    const size_t colon = kill->find(':');
+    if (colon != std::string::npos) recovery_.failed_step = std::stoll(kill->substr(colon + 1));
+  }
+  next_step_ = r.step;
+  last_snapshot_step_ = r.step;  // the same on every rank: later snapshots stay collective
+  return Status();
+}
+
+Result<ckpt::RestoreResult> Session::restore() {
+  auto r = ckpt_->restore();
+  if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  // No snapshot survived anywhere (every rank sees the same storage): start over from step 0,
+  // which the seed reproduces bit for bit.
+  TSR_LOG(kWarn, "trainer") << rank_text() << ": " << r.status().message()
+                            << "; restarting from step 0";
+  trainer_->reset_state();
+  ckpt::RestoreResult fresh;
+  fresh.step = 0;
+  fresh.detail = "no snapshot: restarted from the initial state";
+  return fresh;
+}
+
+Status Session::make_checkpointer() {
+  // The checkpointer's own communicator: its background thread sends the replicas.
+  TSR_ASSIGN_OR_RETURN(ckpt_comm_, coll::Communicator::create(bootstrap_, trainer_->device()));
+  if (ckpt_) return ckpt_->rebind(std::make_shared<ckpt::CommRankGroup>(ckpt_comm_));
+  ckpt::CheckpointOptions c;
+  c.dir = o_.ckpt_dir.empty() ? "tessera-train-ckpt" : o_.ckpt_dir;
+  c.peer_replica = true;
+  c.full_every = o_.save_every > 0 ? int(o_.save_every) : 4;
+  c.chunk_bytes = 64 << 10;  // small model: fine chunks make the deltas small
+  c.fsync = false;           // a demo/test directory; the commit protocol still holds
+  c.keep_last = 2;
+  c.layout = plan_text(trainer_->layout().plan);
+  TSR_ASSIGN_OR_RETURN(
+      ckpt_, ckpt::Checkpointer::create(c, std::make_shared<ckpt::CommRankGroup>(ckpt_comm_)));
+  return register_state();
+}
+
+Status Session::register_state() {
+  ckpt::StateRegistry& reg = ckpt_->registry();
+  reg.clear();
+  const Layout& l = trainer_->layout();
+  const bool replicated = l.plan.dp > 1;
+  for (Param& p : trainer_->params()) {
+    const LocalParam& lp = p.local;
+    ckpt::Slice slice{lp.offset, lp.len};
+    TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name, hal::DType::kF32, lp.info.shape, slice,
+                                            p.value(), replicated));
+    if (!p.adam_m.empty()) {
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_m", hal::DType::kF32,
+                                              lp.info.shape, slice, p.adam_m.data(), replicated));
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_v", hal::DType::kF32,
+                                              lp.info.shape, slice, p.adam_v.data(), replicated));
+    }
+  }
+  overlap::GradSync* sync = trainer_->grad_sync();
+  if (sync != nullptr && l.plan.zero == 1) {
+    // ZeRO-1: each DP rank holds its shard of the Adam moments: one contiguous range of the
+    // flattened local (TP) slice of each parameter it owns part of.
+    size_t k = 0;
+    for (const overlap::ShardSegment& s : sync->shard_segments()) {
+      const Param& p = trainer_->params()[size_t(s.param)];
+      const std::string name = p.local.info.name + ".tp" + std::to_string(l.tp_index);
+      ckpt::Slice slice{{int64_t(s.param_offset)}, {int64_t(s.count)}};
+      const std::vector<int64_t> shape{p.count()};
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_m", hal::DType::kF32, shape, slice,
+                                              trainer_->zero_m().data() + k));
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_v", hal::DType::kF32, shape, slice,
+                                              trainer_->zero_v().data() + k));
+      k += s.count;
+    }
+  }
+  return Status();
+}
+
+Status Session::snapshot(int64_t step, SnapshotReport* out) {
+  // Stall: what the training thread waits for, the previous save's end (BusyPolicy::kWait) and
+  // the snapshot copy.
+  const double t0 = now_s();
+  if (last_snapshot_step_ >= 0) {
+    auto prev = ckpt_->wait();  // the previous save ran in the background during the interval
+    if (prev.ok()) {
+      if (!prev->status.ok()) {
+        TSR_LOG(kWarn, "trainer") << rank_text() << ": save of step " << prev->step
+                                  << " failed: " << prev->status.message();
+      }
+      out->bytes_full = prev->bytes_full;
+      out->bytes_written = prev->bytes_written;
+      out->delta = prev->delta;
+      out->chunks = prev->chunks;
+      out->chunks_changed = prev->chunks_changed;
+      out->saved_step = prev->step;
+    }
+  }
+  TSR_RETURN_IF_ERROR(ckpt_->save_async(step).status());
+  out->taken = true;
+  out->stall_s = now_s() - t0;
+  last_snapshot_step_ = step;
+  return Status();
+}
+
+Result<SessionStep> Session::step() {
+  SessionStep out;
+  if (o_.switch_step >= 0 && next_step_ == o_.switch_step && !switched_) {
+    TSR_RETURN_IF_ERROR(switch_plan(&out));
+  }
+  for (;;) {
+    const int64_t step = next_step_;
+    auto r = trainer_->train_step(step);
+    if (r.ok()) {
+      out.report = *r;
+      break;
+    }
+    if (!ckpt_) return r.status();
+    recovery_.failed_step = std::max(recovery_.failed_step, step);
+    TSR_RETURN_IF_ERROR(recover(r.status()));
+  }
+  ++next_step_;
+  if (recovery_.pending && next_step_ > recovery_.failed_step) {
+    // The first step the fault had interrupted is done again: the recovery is complete.
+    recovery_.pending = false;
+    const double replay_s = now_s() - recovery_.restore_end;
+    out.recovered = true;
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "recovered: %s; restored step %" PRId64 " (%s), replayed through step %" PRId64
+                  "; detection %.3f s, re-formation %.3f s, state transfer %.3f s, replay %.3f "
+                  "s, total %.3f s",
+                  recovery_.cause.c_str(), recovery_.restored_step,
+                  recovery_.from_peer ? "from memory" : "from storage", next_step_,
+                  recovery_.detect_s, recovery_.reform_s, recovery_.transfer_s, replay_s,
+                  recovery_.detect_s + recovery_.reform_s + recovery_.transfer_s + replay_s);
+    out.recovery_text = text;
+    std::snprintf(text, sizeof text,
+                  "{\"recovery\": {\"rank\": %d, \"restarted\": %s, \"restored_step\": %" PRId64
+                  ", \"resumed_step\": %" PRId64
+                  ", \"from_memory\": %s, \"detection_s\": %.6f, \"reformation_s\": %.6f, "
+                  "\"transfer_s\": %.6f, \"replay_s\": %.6f}}",
+                  bootstrap_->info().rank, restarted_ ? "true" : "false", recovery_.restored_step,
+                  next_step_, recovery_.from_peer ? "true" : "false", recovery_.detect_s,
+                  recovery_.reform_s, recovery_.transfer_s, replay_s);
+    out.recovery_json = text;
+  }
+  // Replayed steps are not saved again: their snapshot exists and holds the same bits.
+  if (ckpt_ && next_step_ % o_.snapshot_every == 0 && next_step_ < o_.train.steps &&
+      next_step_ > last_snapshot_step_) {
+    TSR_RETURN_IF_ERROR(snapshot(next_step_, &out.snapshot));
+  }
+  return out;
+}
+
+Status Session::recover(const Status& failure) {
+  const double detected = now_s(), detected_wall = wall_s();
+  TSR_LOG(kWarn, "trainer") << rank_text() << ": step failed (" << failure.message()
+                            << "); re-forming the communicators";
+  trainer_->abort_communication(failure.message());
+  if (ckpt_comm_) ckpt_comm_->abort(failure.message());
+  ckpt_->wait().status().ignore();  // a save in flight fails against the dead peer: fine
+  ckpt_comm_.reset();
+  auto generation = bootstrap_->next_generation(kRestartWait);
+  if (!generation.ok()) {
+    return generation.status().with_context(rank_text() + ": after '" + failure.message() +
+                                            "': waiting for the restarted rank");
+  }
+  TSR_RETURN_IF_ERROR(trainer_->rebuild_communication(bootstrap_));
+  TSR_RETURN_IF_ERROR(make_checkpointer());  // a new communicator, rebound
+  const double reformed = now_s();
+  TSR_ASSIGN_OR_RETURN(ckpt::RestoreResult r, restore());
+  recovery_.pending = true;
+  recovery_.restored_step = r.step;
+  recovery_.from_peer = r.from_peer;
+  recovery_.reform_s = reformed - detected;
+  recovery_.transfer_s = now_s() - reformed;
+  recovery_.restore_end = now_s();
+  recovery_.cause = failure.message();
+  recovery_.detect_s = 0;
+  auto kill = bootstrap_->store().get(kKillTimeKey, std::chrono::milliseconds(100));
+  if (kill.ok()) recovery_.detect_s = detected_wall - double(std::stoll(*kill)) * 1e-6;
+  next_step_ = r.step;
+  last_snapshot_step_ = r.step;  // the same on every rank: later snapshots stay collective
+  return Status();
+}
+
+Status Session::switch_plan(SessionStep* out) {
+  const double t0 = now_s();
+  const std::string where =
+      rank_text() + ": plan switch before step " + std::to_string(next_step_ + 1);
+  TSR_ASSIGN_OR_RETURN(TrainPlan next, parse_plan(o_.switch_plan_text));
+  const TrainPlan before = trainer_->layout().plan;
+  if (!ckpt_) {
+    return failed_precondition(where +
+                               ": needs --snapshot-every (state moves by the checkpointer)");
+  }
+  if (before.zero != 0 || next.zero != 0) {
+    return unimplemented(where + ": plans with ZeRO-1 are not switched (shard names differ)");
+  }
+  const int64_t batch = o_.switch_batch > 0 ? o_.switch_batch : o_.train.global_batch;
+  TSR_RETURN_IF_ERROR(
+      validate_plan(next, o_.train.model, batch, bootstrap_->info().size).with_context(where));
+  // A snapshot of this very step, complete, is what reshard_from_memory moves.
+  if (last_snapshot_step_ != next_step_) {
+    TSR_RETURN_IF_ERROR(ckpt_->save_async(next_step_).status().with_context(where));
+    last_snapshot_step_ = next_step_;
+  }
+  TSR_RETURN_IF_ERROR(ckpt_->wait().status().with_context(where));
+  TrainOptions t = o_.train;
+  t.plan = next;
+  t.global_batch = batch;
+  auto fresh = Trainer::create(t, bootstrap_);  // collective: the new layout's communicators
+  if (!fresh.ok()) return fresh.status().with_context(where);
+  std::unique_ptr<Trainer> old = std::move(trainer_);
+  trainer_ = std::move(fresh).value();
+  TSR_RETURN_IF_ERROR(register_state().with_context(where));
+  auto moved = ckpt_->reshard_from_memory();
+  if (!moved.ok()) return moved.status().with_context(where);
+  old.reset();
+  o_.train.plan = next;
+  o_.train.global_batch = batch;
+  if (bootstrap_->info().rank == 0) {
+    TSR_RETURN_IF_ERROR(
+        bootstrap_->store().set(kPlanKey, o_.switch_plan_text + ";" + std::to_string(batch)));
+  }
+  switched_ = true;
+  out->switched = true;
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "plan switch before step %" PRId64
+                ": %s -> %s; state moved in memory "
+                "(reshard_from_memory) in %.3f s",
+                next_step_ + 1, plan_text(before).c_str(), plan_text(next).c_str(), now_s() - t0);
+  out->switch_text = text;
+  std::snprintf(text, sizeof text,
+                "{\"switch\": {\"step\": %" PRId64
+                ", \"from\": \"%s\", \"to\": \"%s\", \"seconds\": %.6f}}",
+                next_step_, plan_text(before).c_str(), plan_text(next).c_str(), now_s() - t0);
+  out->switch_json = text;
+  return Status();
+}
+
+Status Session::finish() {
+  if (!ckpt_) return Status();
+  auto r = ckpt_->wait();
+  if (!r.ok() && r.status().code() != StatusCode::kFailedPrecondition) return r.status();
+  return Status();
+}
+
+}  // namespace tessera::trainer

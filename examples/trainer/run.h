@@ -1,0 +1,34 @@
+// The training loop of tessera-train: bootstrap, trainer, steps with progress and metrics,
+// snapshots, fault injection, recovery, the plan switch, and the final parameter gather.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer.h"
+
+namespace tessera::trainer {
+
+struct RunOptions {
+  TrainOptions train;
+  bool plan_given = false;   // false: pure DP over the world
+  std::string params_out;    // gathered final parameters (dump.h format)
+  std::string metrics_path;  // rank 0: one JSON object per line per step, then a summary line
+  int64_t log_every = 1;
+  // Checkpointing and recovery (recovery.cc).
+  std::string ckpt_dir;
+  int64_t snapshot_every = 0;  // 0: no snapshots, no recovery
+  int64_t save_every = 0;      // every snapshot is also saved to storage: a full save every
+                               // Nth, deltas between (0: 4)
+  int kill_rank = -1;
+  int64_t kill_step = -1;
+  // Re-planning.
+  int64_t switch_step = -1;
+  std::string switch_plan_text;
+  int64_t switch_batch = 0;  // the global batch after the switch (0: unchanged)
+};
+
+// Returns the process exit code (0 on success); errors are printed as one line naming the rank.
+int run_training(RunOptions options);
+
+}  // namespace tessera::trainer

@@ -1,0 +1,61 @@
+// `tessera demo` internals: probing and planning (plan.cc), running the trainer under the
+// launcher with a progress bar (run.cc), and the report: summary, loss curve (report.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "layout.h"  // examples/trainer: the plan the trainer runs
+#include "model.h"
+#include "tessera/common/status.h"
+#include "tessera/plan/plan.h"
+
+namespace tessera::tools::demo {
+
+struct DemoOptions {
+  int ranks = 4;
+  int devices = 0;  // devices to plan for; 0: ranks
+  std::string model_size = "small";
+  int64_t steps = 24;
+  int64_t global_batch = 32;
+  int64_t fault_step = -1;  // -1: a third of the way
+  bool no_fault = false;
+  std::string out = "tessera-demo";
+};
+
+struct Probe {
+  std::string device;  // "host device 0 (x86_64)"
+  int host_devices = 0;
+  unsigned cores = 0;
+  double gemm_gflops = 0;  // f32, measured
+};
+
+struct DemoPlan {
+  trainer::TrainPlan first, second;
+  plan::Estimate first_estimate, second_estimate;
+  std::string why_first, why_second;
+  int64_t switch_step = 0, second_batch = 0;
+};
+
+Result<Probe> probe_machine();
+Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
+                           const Probe& probe);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string log;
+  double seconds = 0;
+};
+// `tessera launch -n ranks [--max-restarts 1] tessera-train args`, with the trainer's progress
+// drawn as a bar (when `bar`) and its recovery and switch lines passed through.
+RunResult run_trainer(const std::string& launcher, const std::string& train, int ranks,
+                      const std::vector<std::string>& args, bool restarts, const std::string& trace,
+                      int64_t steps, bool bar);
+
+// The summary text and the loss curve SVG, from the trainer's metrics file.
+Result<std::string> summarize(const std::string& metrics_path, const DemoPlan& plan,
+                              const std::string& loss_svg_path);
+
+}  // namespace tessera::tools::demo

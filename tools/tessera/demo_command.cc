@@ -1,0 +1,214 @@
+// `tessera demo`: the main job in one command (docs/DEMO.md). Probes the machine, plans the demo
+// model for the local host devices, trains it under `tessera launch` with a progress bar, kills
+// one rank and recovers, switches plan once (state moved in memory), checks the final parameters
+// bitwise against a fault-free reference run, and prints a summary; trace, plan timeline and
+// loss curve land in the output folder. Exit 0 only when the check passes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "demo/demo.h"
+#include "tessera/plan/timeline.h"
+
+namespace tessera::tools {
+namespace {
+
+using demo::DemoOptions;
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "tessera demo: %s\n", message.c_str());
+  throw CLI::RuntimeError(2);
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The trainer's mbs: whole per-rank batches without a pipeline (few GEMM calls on a busy host);
+// with one, two micro-batches per stage so 1F1B has something to overlap.
+void fit_microbatches(trainer::TrainPlan* p, int64_t batch, int64_t blocks) {
+  int64_t sum = 0;
+  for (int b : p->stage_blocks) sum += b;
+  if (sum != blocks || p->pp == 1) p->stage_blocks.clear();  // the trainer splits evenly
+  const int64_t local = batch / p->dp;
+  p->mbs = 0;
+  if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
+}
+
+void run_demo(const DemoOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.ranks < 1) fail("--ranks must be at least 1");
+  auto spec = trainer::model_spec_preset(o.model_size);
+  if (!spec.ok()) fail(spec.status().message());
+  const std::string bin = self_dir(), launcher = bin + "/tessera", train = bin + "/tessera-train";
+  if (access(train.c_str(), X_OK) != 0) fail(train + " not found (build the tessera-train target)");
+  std::error_code ec;
+  const std::filesystem::path out = std::filesystem::absolute(o.out);
+  std::filesystem::remove_all(out / "run", ec);
+  std::filesystem::remove_all(out / "reference", ec);
+  for (const auto& entry : std::filesystem::directory_iterator(out, ec)) {  // a previous demo's
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("trace", 0) == 0 || name == "loss.svg" || name == "plan-timeline.svg") {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  ec.clear();
+  std::filesystem::create_directories(out / "run", ec);
+  std::filesystem::create_directories(out / "reference", ec);
+  if (ec) fail(out.string() + ": cannot create the output folder: " + ec.message());
+
+  std::printf(
+      "tessera demo: %d ranks, model %s (hidden %lld, %lld blocks, %lld classes), %lld "
+      "steps\n",
+      o.ranks, o.model_size.c_str(), (long long)spec->hidden, (long long)spec->blocks,
+      (long long)spec->classes, (long long)o.steps);
+  auto probe = demo::probe_machine();
+  if (!probe.ok()) fail(probe.status().message());
+  std::printf("probe     %s, %u cores, f32 GEMM %.1f GFLOP/s (256^3, one thread pool)\n",
+              probe->device.c_str(), probe->cores, probe->gemm_gflops);
+  auto plan = demo::plan_demo(o, *spec, *probe);
+  if (!plan.ok()) fail(plan.status().message());
+  fit_microbatches(&plan->first, o.global_batch, spec->blocks);
+  fit_microbatches(&plan->second, plan->second_batch, spec->blocks);
+  std::printf("plan      %s now, %s from step %lld (batch %lld)\n",
+              trainer::plan_text(plan->first).c_str(), trainer::plan_text(plan->second).c_str(),
+              (long long)plan->switch_step + 1, (long long)plan->second_batch);
+  {
+    const plan::Estimate& e = plan->first_estimate;
+    std::ofstream svg(out / "plan-timeline.svg");
+    svg << plan::timeline_svg(e, plan::simulate_pipeline(e),
+                              "tessera demo: " + plan::plan_summary(e.plan) + " (predicted)");
+  }
+  const int64_t fault_step = o.no_fault ? -1 : (o.fault_step >= 0 ? o.fault_step : o.steps / 3);
+  const int kill_rank = o.ranks - 1;
+  std::vector<std::string> common = {"--model-size",     o.model_size,
+                                     "--steps",          std::to_string(o.steps),
+                                     "--global-batch",   std::to_string(o.global_batch),
+                                     "--plan",           "",
+                                     "--snapshot-every", "2",
+                                     "--switch-step",    std::to_string(plan->switch_step),
+                                     "--switch-plan",    "",
+                                     "--switch-batch",   std::to_string(plan->second_batch),
+                                     "--log-every",      "1"};
+  auto plan_arg = [](const trainer::TrainPlan& p) {
+    std::string s = "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
+                    ",dp=" + std::to_string(p.dp) + ",zero=" + std::to_string(p.zero) +
+                    ",mbs=" + std::to_string(p.mbs);
+    if (!p.stage_blocks.empty()) {
+      s += ",stages=";
+      for (size_t i = 0; i < p.stage_blocks.size(); ++i) {
+        s += (i ? "+" : "") + std::to_string(p.stage_blocks[i]);
+      }
+    }
+    return s;
+  };
+  common[7] = plan_arg(plan->first);
+  common[13] = plan_arg(plan->second);
+
+  std::vector<std::string> run_args = common;
+  const std::string run_dir = (out / "run").string();
+  for (const std::string& a :
+       {std::string("--ckpt-dir"), run_dir + "/ckpt", std::string("--metrics"),
+        run_dir + "/metrics.jsonl", std::string("--params-out"), run_dir + "/final.bin"}) {
+    run_args.push_back(a);
+  }
+  if (fault_step >= 0) {
+    run_args.insert(run_args.end(), {"--kill-rank", std::to_string(kill_rank), "--kill-step",
+                                     std::to_string(fault_step)});
+    std::printf(
+        "fault     rank %d will SIGKILL itself before step %lld; tessera launch "
+        "--max-restarts 1 restarts it\n",
+        kill_rank, (long long)fault_step + 1);
+  }
+  std::printf("\ntraining (rank 0's view):\n");
+  const auto run = demo::run_trainer(launcher, train, o.ranks, run_args, true,
+                                     (out / "trace.json").string(), o.steps, true);
+  std::ofstream(out / "run" / "log.txt") << run.log;
+  if (run.exit_code != 0) {
+    fail("the training run failed (exit " + std::to_string(run.exit_code) +
+         "); log: " + (out / "run" / "log.txt").string());
+  }
+  std::printf("\nreference (the same flags, no fault) ...\n");
+  std::vector<std::string> ref_args = common;
+  const std::string ref_dir = (out / "reference").string();
+  for (const std::string& a : {std::string("--ckpt-dir"), ref_dir + "/ckpt",
+                               std::string("--params-out"), ref_dir + "/final.bin"}) {
+    ref_args.push_back(a);
+  }
+  const auto ref = demo::run_trainer(launcher, train, o.ranks, ref_args, false, "", o.steps, false);
+  std::ofstream(out / "reference" / "log.txt") << ref.log;
+  if (ref.exit_code != 0) {
+    fail("the reference run failed (exit " + std::to_string(ref.exit_code) +
+         "); log: " + (out / "reference" / "log.txt").string());
+  }
+  const std::string a = read_file(run_dir + "/final.bin"), b = read_file(ref_dir + "/final.bin");
+  const bool equal = !a.empty() && a == b;
+
+  auto summary = demo::summarize(run_dir + "/metrics.jsonl", *plan, (out / "loss.svg").string());
+  if (!summary.ok()) fail(summary.status().message());
+  std::printf("\n%s", summary->c_str());
+  std::printf("check     final parameters (%zu bytes) %s the fault-free reference run's\n",
+              a.size(), equal ? "are bitwise EQUAL to" : "DIFFER from");
+  std::vector<std::string> traces;
+  for (const auto& entry : std::filesystem::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("trace", 0) == 0) traces.push_back(name);
+  }
+  std::printf(
+      "output    %s/: plan-timeline.svg, loss.svg, %s, run/ (log, metrics.jsonl, "
+      "final.bin, ckpt/), reference/\n",
+      out.string().c_str(),
+      traces.empty()
+          ? "no trace (no DP group in this plan)"
+          : (std::to_string(traces.size()) +
+             " Perfetto traces (trace.g<group>.rank<r>.json, one per DP group member; open in "
+             "ui.perfetto.dev)")
+                .c_str());
+  std::printf("done in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!equal) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_demo_command(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo",
+      "Train a small model on the local devices: plan, launch, kill a rank and recover, switch "
+      "plan, check bitwise against a fault-free run (docs/DEMO.md)");
+  cmd->add_option("--ranks", o->ranks, "ranks (processes) to launch")->capture_default_str();
+  cmd->add_option("--devices", o->devices, "devices to plan for (default: --ranks)");
+  cmd->add_option("--model-size", o->model_size, "tiny, small, medium or large")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
+  cmd->add_option("--fault-step", o->fault_step,
+                  "the step before which a rank is killed "
+                  "(default: a third of the way)");
+  cmd->add_flag("--no-fault", o->no_fault, "train without killing a rank");
+  cmd->add_option("--out", o->out, "output folder")->capture_default_str();
+  cmd->callback([o] {
+    if (o->devices > 0 && o->devices != o->ranks) {
+      fail("--devices " + std::to_string(o->devices) + " must equal --ranks " +
+           std::to_string(o->ranks) + " (one device per rank; host devices are virtual)");
+    }
+    if (o->steps < 4) fail("--steps must be at least 4");
+    run_demo(*o);
+  });
+}
+
+}  // namespace tessera::tools
