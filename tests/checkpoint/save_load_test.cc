@@ -270,6 +270,59 @@ TEST_F(DeltaTest, WritesTheFractionThatChangedAndLoadsBackBitwise) {
   EXPECT_EQ(m.base_step, 1);
 }
 
+// Chunks zstd cannot shrink are stored as they are (no decode cost, no zstd pass on the next
+// ones); compressible chunks are still compressed; both load back bitwise.
+TEST(SaveLoad, IncompressibleChunksAreStoredAsTheyAreAndCompressibleOnesCompressed) {
+  ScratchDir dir("rawchunks");
+  CheckpointOptions o = small_options(dir.path());
+  o.chunk_bytes = 16 << 10;
+  testing::TensorSpec noise_spec{"noise", hal::DType::kF32, {1 << 16}};  // 16 chunks
+  std::vector<std::byte> noise = testing::pattern(noise_spec, full_slice(noise_spec.shape), 1);
+  std::vector<float> zeros(1 << 14, 0.0f);  // 4 chunks
+  {
+    auto ck = make(o);
+    ASSERT_TRUE(ck->registry()
+                    .add_host_tensor("noise", hal::DType::kF32, noise_spec.shape,
+                                     full_slice(noise_spec.shape), noise.data())
+                    .ok());
+    ASSERT_TRUE(ck->registry()
+                    .add_host_tensor("zeros", hal::DType::kF32, {1 << 14}, full_slice({1 << 14}),
+                                     zeros.data())
+                    .ok());
+    ASSERT_TRUE(ck->save_async(1).ok());
+    auto r = ck->wait();
+    ASSERT_TRUE(r.ok() && r->status.ok());
+  }
+  auto m = read_manifest(dir.path(), 1).value();
+  ASSERT_EQ(m.tensors.size(), 2u);
+  for (const TensorRecord& t : m.tensors) {
+    for (const ChunkRecord& c : t.shards.at(0).chunks) {
+      if (t.name == "noise") {
+        EXPECT_FALSE(c.data.compressed) << "noise chunk at " << c.data.offset;
+        EXPECT_EQ(c.data.stored, c.raw);
+      } else {
+        EXPECT_TRUE(c.data.compressed) << "zeros chunk at " << c.data.offset;
+        EXPECT_LT(c.data.stored, c.raw / 10);
+      }
+    }
+  }
+  auto ck = make(o);
+  std::vector<std::byte> noise_back(noise.size());
+  std::vector<float> zeros_back(zeros.size(), 1.0f);
+  ASSERT_TRUE(ck->registry()
+                  .add_host_tensor("noise", hal::DType::kF32, noise_spec.shape,
+                                   full_slice(noise_spec.shape), noise_back.data())
+                  .ok());
+  ASSERT_TRUE(ck->registry()
+                  .add_host_tensor("zeros", hal::DType::kF32, {1 << 14}, full_slice({1 << 14}),
+                                   zeros_back.data())
+                  .ok());
+  auto loaded = ck->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_TRUE(noise_back == noise);
+  EXPECT_TRUE(zeros_back == zeros);
+}
+
 TEST(Gc, KeepsTheNewestAndTheBasesOfKeptDeltas) {
   ScratchDir dir("gc");
   CheckpointOptions o = small_options(dir.path());

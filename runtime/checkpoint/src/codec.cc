@@ -45,6 +45,24 @@ Status Compressor::compress(const void* src, size_t bytes, int level, std::strin
   return Status();
 }
 
+Result<std::string_view> Compressor::encode(const void* src, size_t bytes, int level,
+                                            std::string* out, bool* compressed) {
+  *compressed = false;
+  const std::string_view as_is(static_cast<const char*>(src), bytes);
+  if (skip_ > 0) {
+    --skip_;
+    return as_is;
+  }
+  TSR_RETURN_IF_ERROR(compress(src, bytes, level, out));
+  if (out->size() + bytes / 32 >= bytes) {  // saved less than ~3%: not worth decoding
+    if (++incompressible_run_ >= 2) skip_ = 14;
+    return as_is;
+  }
+  incompressible_run_ = 0;
+  *compressed = true;
+  return std::string_view(*out);
+}
+
 Decompressor::Decompressor() : dctx_(ZSTD_createDCtx()) {}
 Decompressor::~Decompressor() {
   ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_));
@@ -60,6 +78,17 @@ Status Decompressor::decompress(const void* src, size_t bytes, void* dst, size_t
     return data_loss(std::string(what) + ": decompressed " + std::to_string(n) +
                      " bytes, manifest says " + std::to_string(raw));
   }
+  return Status();
+}
+
+Status Decompressor::decode(const ChunkLocation& where, const void* src, size_t bytes, void* dst,
+                            size_t raw, std::string_view what) {
+  if (where.compressed) return decompress(src, bytes, dst, raw, what);
+  if (bytes != raw) {
+    return data_loss(std::string(what) + ": stored uncompressed as " + std::to_string(bytes) +
+                     " bytes, manifest says " + std::to_string(raw));
+  }
+  std::memcpy(dst, src, raw);
   return Status();
 }
 
@@ -155,13 +184,13 @@ Status ChunkReader::read(const ChunkRecord& chunk, void* dst, std::string_view w
   const std::string name = "'" + chunk.data.file + "' " + std::string(what);
   TSR_RETURN_IF_ERROR(read_stored(chunk.data, &stored_, what));
   TSR_RETURN_IF_ERROR(
-      decompressor_.decompress(stored_.data(), stored_.size(), dst, chunk.raw, name));
+      decompressor_.decode(chunk.data, stored_.data(), stored_.size(), dst, chunk.raw, name));
   if (chunk.enc == "xor") {
     if (!chunk.base) return data_loss(name + ": xor chunk without a base");
     TSR_RETURN_IF_ERROR(read_stored(*chunk.base, &base_stored_, std::string(what) + " (base)"));
     scratch_.resize(chunk.raw);
-    TSR_RETURN_IF_ERROR(decompressor_.decompress(base_stored_.data(), base_stored_.size(),
-                                                 scratch_.data(), chunk.raw, name + " (base)"));
+    TSR_RETURN_IF_ERROR(decompressor_.decode(*chunk.base, base_stored_.data(), base_stored_.size(),
+                                             scratch_.data(), chunk.raw, name + " (base)"));
     xor_into(dst, scratch_.data(), chunk.raw);
   } else if (chunk.enc != "zstd" && chunk.enc != "ref") {
     return data_loss(name + ": unknown encoding '" + chunk.enc + "'");

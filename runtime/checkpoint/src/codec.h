@@ -29,8 +29,18 @@ class Compressor {
   // Replaces *out with zstd(src) at `level`.
   Status compress(const void* src, size_t bytes, int level, std::string* out);
 
+  // What to store for one chunk: zstd(src) in *out, or src itself (the view points at src,
+  // *compressed = false) when zstd saves less than 1/32 of it. After two such chunks in a row
+  // the next 14 are stored without trying (dense fp32 state does not compress; trying costs a
+  // pass over the data at ~3 GB/s per core), then it tries again. reset() starts a new tensor.
+  Result<std::string_view> encode(const void* src, size_t bytes, int level, std::string* out,
+                                  bool* compressed);
+  void reset() { incompressible_run_ = 0, skip_ = 0; }
+
  private:
   void* cctx_;
+  int incompressible_run_ = 0;  // consecutive chunks zstd could not shrink
+  int skip_ = 0;                // chunks still to store without trying
 };
 
 class Decompressor {
@@ -41,6 +51,9 @@ class Decompressor {
   Decompressor& operator=(const Decompressor&) = delete;
   // Exactly `raw` bytes into dst, else DATA_LOSS naming `what`.
   Status decompress(const void* src, size_t bytes, void* dst, size_t raw, std::string_view what);
+  // decompress(), or a copy when the location says the bytes were stored uncompressed.
+  Status decode(const ChunkLocation& where, const void* src, size_t bytes, void* dst, size_t raw,
+                std::string_view what);
 
  private:
   void* dctx_;

@@ -149,10 +149,13 @@ static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt
   std::string stored, scratch;
   bool first = true;
   auto store = [&](const void* data, size_t bytes, ChunkRecord* rec) -> Status {
-    TSR_RETURN_IF_ERROR(compressor.compress(data, bytes, opt.zstd_level, &stored));
-    TSR_ASSIGN_OR_RETURN(rec->data, writer->append(stored));
-    r->bytes_written += stored.size();
-    limiter.account(stored.size());
+    bool compressed = false;
+    TSR_ASSIGN_OR_RETURN(std::string_view bytes_out,
+                         compressor.encode(data, bytes, opt.zstd_level, &stored, &compressed));
+    TSR_ASSIGN_OR_RETURN(rec->data, writer->append(bytes_out));
+    rec->data.compressed = compressed;
+    r->bytes_written += bytes_out.size();
+    limiter.account(bytes_out.size());
     if (first) {
       first = false;
       TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kMidShard));
@@ -167,6 +170,7 @@ static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt
     const size_t n = t.bytes();
     const size_t count = (n + opt.chunk_bytes - 1) / opt.chunk_bytes;
     const std::vector<ChunkRecord>* base = nullptr;
+    compressor.reset();
     if (a.delta) {
       auto it = impl.base.chunks.find(shard_key(t.name, t.slice));
       if (it != impl.base.chunks.end() && it->second.size() == count) base = &it->second;

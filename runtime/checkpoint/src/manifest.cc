@@ -29,10 +29,12 @@ Result<uint64_t> parse_hex64(const std::string& text, std::string_view where) {
 }
 
 Json location_json(const ChunkLocation& l) {
-  return {{"file", l.file},
-          {"offset", l.offset},
-          {"stored", l.stored},
-          {"checksum", hex64(l.checksum)}};
+  Json j = {{"file", l.file},
+            {"offset", l.offset},
+            {"stored", l.stored},
+            {"checksum", hex64(l.checksum)}};
+  if (!l.compressed) j["zstd"] = false;
+  return j;
 }
 
 Json chunk_json(const ChunkRecord& c) {
@@ -44,7 +46,7 @@ Json chunk_json(const ChunkRecord& c) {
 
 ChunkLocation location_from(const Json& j) {
   return {j.at("file").get<std::string>(), j.at("offset").get<uint64_t>(),
-          j.at("stored").get<uint64_t>(), 0};
+          j.at("stored").get<uint64_t>(), 0, j.value("zstd", true)};
 }
 
 Status chunks_from(const Json& j, std::vector<ChunkRecord>* out, std::string_view where) {

@@ -75,9 +75,13 @@ struct Writer {
       rec.enc = "zstd";
       rec.raw = len;
       rec.hash = codec::xxh3(p + off, len);
-      TSR_RETURN_IF_ERROR(compressor.compress(p + off, len, options->zstd_level, &stored));
-      TSR_ASSIGN_OR_RETURN(rec.data, file->append(stored));
-      result->bytes_written += stored.size();
+      bool compressed = false;
+      TSR_ASSIGN_OR_RETURN(
+          std::string_view bytes_out,
+          compressor.encode(p + off, len, options->zstd_level, &stored, &compressed));
+      TSR_ASSIGN_OR_RETURN(rec.data, file->append(bytes_out));
+      rec.data.compressed = compressed;
+      result->bytes_written += bytes_out.size();
       result->bytes_raw += len;
       done += len;
       if (options->progress) options->progress(done, total);

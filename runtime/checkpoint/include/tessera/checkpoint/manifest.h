@@ -27,6 +27,9 @@ struct ChunkLocation {
   std::string file;  // relative to the root: "step-12/rank-00003.shard"
   uint64_t offset = 0, stored = 0;
   uint64_t checksum = 0;  // xxh3-64 of the stored bytes
+  // False when the bytes are stored as they are: zstd could not shrink them (dense fp32 state
+  // usually), so the writer skipped it. Manifest field "zstd": false; absent means true.
+  bool compressed = true;
 };
 
 struct ChunkRecord {
