@@ -3,28 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessera/hal/gemm_desc.h"
+
 namespace tessera::trainer {
 
 Status Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) const {
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.trans_a = trans_a ? 1 : 0;
-  d.trans_b = trans_b ? 1 : 0;
-  d.m = m;
-  d.n = n;
-  d.k = k;
-  d.alpha = 1.0;
-  d.beta = beta;
-  d.a = a;
-  d.lda = lda;
-  d.b = b;
-  d.ldb = ldb;
-  d.c = c;
-  d.ldc = ldc;
-  d.dtype_ab = TSR_DTYPE_F32;
-  d.dtype_c = TSR_DTYPE_F32;
+  const tsr_gemm_desc d =
+      hal::f32_gemm_desc(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
   ++calls;
   TSR_RETURN_IF_ERROR(stream_.gemm(d));
   return stream_.synchronize();

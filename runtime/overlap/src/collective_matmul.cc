@@ -2,6 +2,7 @@
 #include "tessera/overlap/collective_matmul.h"
 
 #include "tessera/common/log.h"
+#include "tessera/hal/gemm_desc.h"
 
 namespace tessera::overlap {
 namespace {
@@ -10,24 +11,7 @@ namespace {
 // B^T is B read column-major (n x k, ld n), A^T is A read column-major (k x rows, ld lda).
 tsr_gemm_desc row_major_gemm(const float* a, int64_t rows, int64_t k, int64_t lda, const float* b,
                              int64_t n, float* c, int64_t ldc) {
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.trans_a = 0;
-  d.trans_b = 0;
-  d.m = n;
-  d.n = rows;
-  d.k = k;
-  d.alpha = 1.0;
-  d.beta = 0.0;
-  d.a = b;
-  d.lda = n;
-  d.b = a;
-  d.ldb = lda;
-  d.c = c;
-  d.ldc = ldc;
-  d.dtype_ab = TSR_DTYPE_F32;
-  d.dtype_c = TSR_DTYPE_F32;
-  return d;
+  return hal::f32_gemm_desc(false, false, n, rows, k, b, n, a, lda, c, ldc);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "codec.h"
+#include "tessera/hal/gemm_desc.h"
 
 namespace tessera::overlap {
 namespace {
@@ -27,24 +28,7 @@ Shape shape_for(size_t count, int rank) {
 // Column-major GEMM descriptor C (m x n) = op(A) (m x k) op(B) (k x n), f32.
 tsr_gemm_desc gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, int trans_a,
                    const float* b, int64_t ldb, int trans_b, float* c, int64_t ldc) {
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.trans_a = trans_a;
-  d.trans_b = trans_b;
-  d.m = m;
-  d.n = n;
-  d.k = k;
-  d.alpha = 1.0;
-  d.beta = 0.0;
-  d.a = a;
-  d.lda = lda;
-  d.b = b;
-  d.ldb = ldb;
-  d.c = c;
-  d.ldc = ldc;
-  d.dtype_ab = TSR_DTYPE_F32;
-  d.dtype_c = TSR_DTYPE_F32;
-  return d;
+  return hal::f32_gemm_desc(trans_a != 0, trans_b != 0, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 class PowerSgdCodec final : public Codec {
