@@ -96,6 +96,31 @@ TEST_F(CorruptionTest, AFlippedByteInTheManifestIsRefused) {
   expect_refused_then_fallback("step-2/manifest.json");
 }
 
+// A file's checksum is a digest of its chunks' checksums, so verify must also see that the
+// manifest's chunks cover every byte of the file: a chunk dropped from the table (the manifest
+// re-signed, so its own checksum holds) leaves bytes no chunk vouches for.
+TEST_F(CorruptionTest, VerifyRefusesAShardWhoseBytesTheManifestDoesNotCover) {
+  ASSERT_TRUE(verify_checkpoint(dir_.path(), read_manifest(dir_.path(), 2).value()).ok());
+  Manifest m = read_manifest(dir_.path(), 2).value();
+  ASSERT_FALSE(m.tensors.empty());
+  std::vector<ChunkRecord>& chunks = m.tensors[0].shards.at(0).chunks;
+  ASSERT_GT(chunks.size(), 2u);
+  const uint64_t gap = chunks[1].data.offset;
+  chunks.erase(chunks.begin() + 1);
+  Status s = verify_checkpoint(dir_.path(), m);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("step-2/rank-00000.shard"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bytes [" + std::to_string(gap) + ", "), std::string::npos)
+      << s.message();
+
+  Manifest other = read_manifest(dir_.path(), 2).value();
+  other.files.at(0).checksum ^= 1;  // a table that is whole but not the one written
+  s = verify_checkpoint(dir_.path(), other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("whole-file checksum mismatch"), std::string::npos) << s.message();
+}
+
 TEST_F(CorruptionTest, AMissingShardIsRefusedNamingTheFile) {
   std::filesystem::remove(dir_ / "step-2/rank-00000.shard");
   expect_refused_then_fallback("step-2/rank-00000.shard' is missing");

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -270,8 +271,8 @@ TEST_F(DeltaTest, WritesTheFractionThatChangedAndLoadsBackBitwise) {
   EXPECT_EQ(m.base_step, 1);
 }
 
-// Chunks zstd cannot shrink are stored as they are (no decode cost, no zstd pass on the next
-// ones); compressible chunks are still compressed; both load back bitwise.
+// Chunks zstd cannot shrink are stored as they are (no decode cost); compressible chunks are
+// still compressed; both load back bitwise. (16 KiB chunks: below the probe size, tried whole.)
 TEST(SaveLoad, IncompressibleChunksAreStoredAsTheyAreAndCompressibleOnesCompressed) {
   ScratchDir dir("rawchunks");
   CheckpointOptions o = small_options(dir.path());
@@ -321,6 +322,52 @@ TEST(SaveLoad, IncompressibleChunksAreStoredAsTheyAreAndCompressibleOnesCompress
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_TRUE(noise_back == noise);
   EXPECT_TRUE(zeros_back == zeros);
+}
+
+// 1 MiB chunks are probed on four slices before zstd sees them whole: noise is stored as it is
+// (its checksum is then its content hash, no second pass), zeros and a half-zero chunk are
+// compressed; the checkpoint verifies and loads back bitwise.
+TEST(SaveLoad, ProbedChunksAreCompressedOnlyWhenTheyShrink) {
+  ScratchDir dir("probe");
+  CheckpointOptions o = small_options(dir.path());
+  o.chunk_bytes = 1 << 20;
+  const int64_t per_chunk = (1 << 20) / 4;
+  testing::TensorSpec spec{"mixed", hal::DType::kF32, {3 * per_chunk}};
+  std::vector<std::byte> data = testing::pattern(spec, full_slice(spec.shape), 3);
+  auto* f = reinterpret_cast<float*>(data.data());
+  std::fill(f + per_chunk, f + 2 * per_chunk, 0.0f);                      // chunk 1: zeros
+  std::fill(f + 2 * per_chunk + per_chunk / 2, f + 3 * per_chunk, 0.0f);  // chunk 2: half
+  {
+    auto ck = make(o);
+    ASSERT_TRUE(ck->registry()
+                    .add_host_tensor("mixed", hal::DType::kF32, spec.shape, full_slice(spec.shape),
+                                     data.data())
+                    .ok());
+    ASSERT_TRUE(ck->save_async(1).ok());
+    auto r = ck->wait();
+    ASSERT_TRUE(r.ok() && r->status.ok());
+  }
+  const Manifest m = read_manifest(dir.path(), 1).value();
+  const std::vector<ChunkRecord>& chunks = m.tensors.at(0).shards.at(0).chunks;
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_FALSE(chunks[0].data.compressed);
+  EXPECT_EQ(chunks[0].data.stored, chunks[0].raw);
+  EXPECT_EQ(chunks[0].data.checksum, chunks[0].hash);
+  EXPECT_TRUE(chunks[1].data.compressed);
+  EXPECT_LT(chunks[1].data.stored, chunks[1].raw / 100);
+  EXPECT_TRUE(chunks[2].data.compressed);
+  EXPECT_LT(chunks[2].data.stored, chunks[2].raw * 6 / 10);
+  EXPECT_TRUE(verify_checkpoint(dir.path(), m).ok());
+
+  auto ck = make(o);
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(ck->registry()
+                  .add_host_tensor("mixed", hal::DType::kF32, spec.shape, full_slice(spec.shape),
+                                   back.data())
+                  .ok());
+  auto loaded = ck->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_TRUE(back == data);
 }
 
 TEST(Gc, KeepsTheNewestAndTheBasesOfKeptDeltas) {

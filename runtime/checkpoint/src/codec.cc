@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -14,21 +15,6 @@ namespace tessera::ckpt::codec {
 
 uint64_t xxh3(const void* data, size_t bytes) {
   return XXH3_64bits(data, bytes);
-}
-
-Result<uint64_t> file_xxh3(const std::string& path) {
-  TSR_ASSIGN_OR_RETURN(uint64_t size, fs::file_size(path));
-  TSR_ASSIGN_OR_RETURN(fs::ReadFile file, fs::ReadFile::open(path));
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  XXH3_64bits_reset(state.get());
-  std::string block(std::min<uint64_t>(size, 4u << 20), '\0');
-  for (uint64_t off = 0; off < size; off += block.size()) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), size - off));
-    TSR_RETURN_IF_ERROR(file.read_at(off, block.data(), n));
-    XXH3_64bits_update(state.get(), block.data(), n);
-  }
-  return static_cast<uint64_t>(XXH3_64bits_digest(state.get()));
 }
 
 Compressor::Compressor() : cctx_(ZSTD_createCCtx()) {}
@@ -45,20 +31,36 @@ Status Compressor::compress(const void* src, size_t bytes, int level, std::strin
   return Status();
 }
 
+namespace {
+constexpr size_t kProbeSlices = 4;
+constexpr size_t kProbeSlice = 16u << 10;
+constexpr size_t kProbeFrom = 256u << 10;  // smaller chunks are tried whole
+
+// zstd must save at least 1/32 for the stored bytes to be worth a decode.
+bool saves_enough(size_t compressed, size_t raw) {
+  return compressed + raw / 32 < raw;
+}
+}  // namespace
+
+bool Compressor::worth_compressing(const void* src, size_t bytes, int level) {
+  if (bytes < kProbeFrom) return true;
+  const auto* p = static_cast<const char*>(src);
+  probe_in_.resize(kProbeSlices * kProbeSlice);
+  const size_t stride = bytes / kProbeSlices;
+  for (size_t i = 0; i < kProbeSlices; ++i) {
+    std::memcpy(probe_in_.data() + i * kProbeSlice, p + i * stride, kProbeSlice);
+  }
+  if (!compress(probe_in_.data(), probe_in_.size(), level, &probe_out_).ok()) return true;
+  return saves_enough(probe_out_.size(), probe_in_.size());
+}
+
 Result<std::string_view> Compressor::encode(const void* src, size_t bytes, int level,
                                             std::string* out, bool* compressed) {
   *compressed = false;
   const std::string_view as_is(static_cast<const char*>(src), bytes);
-  if (skip_ > 0) {
-    --skip_;
-    return as_is;
-  }
+  if (!worth_compressing(src, bytes, level)) return as_is;
   TSR_RETURN_IF_ERROR(compress(src, bytes, level, out));
-  if (out->size() + bytes / 32 >= bytes) {  // saved less than ~3%: not worth decoding
-    if (++incompressible_run_ >= 2) skip_ = 14;
-    return as_is;
-  }
-  incompressible_run_ = 0;
+  if (!saves_enough(out->size(), bytes)) return as_is;
   *compressed = true;
   return std::string_view(*out);
 }
@@ -117,44 +119,148 @@ void RateLimiter::account(size_t bytes) {
   }
 }
 
-Result<std::unique_ptr<ShardWriter>> ShardWriter::create(std::string path, std::string name) {
+FileDigest::FileDigest() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+FileDigest::~FileDigest() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+
+void FileDigest::add_chunk(uint64_t chunk_checksum) {
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(chunk_checksum >> (8 * i));
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), le, sizeof le);
+}
+
+uint64_t FileDigest::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
+namespace {
+constexpr size_t kDirectAlign = 4096;     // memory, offset and length unit of O_DIRECT writes
+constexpr size_t kStageBytes = 4u << 20;  // the aligned gather buffer
+bool direct_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0;
+}
+}  // namespace
+
+void ShardWriter::FreeStage::operator()(char* p) const {
+  std::free(p);
+}
+
+Result<std::unique_ptr<ShardWriter>> ShardWriter::create(std::string path, std::string name,
+                                                         bool direct) {
   std::unique_ptr<ShardWriter> w(new ShardWriter());
-  w->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  w->direct_ = direct;
+  w->fd_ = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
+  if (w->fd_ < 0 && direct && errno == EINVAL) {  // the filesystem has no O_DIRECT
+    w->direct_ = false;
+    w->fd_ = ::open(path.c_str(), flags, 0644);
+  }
   if (w->fd_ < 0) return fs::errno_status(errno, "create", path);
   w->path_ = std::move(path);
   w->name_ = std::move(name);
-  auto* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  w->state_ = state;
   return w;
 }
 
 ShardWriter::~ShardWriter() {
   if (fd_ >= 0) ::close(fd_);
-  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
 }
 
-Result<ChunkLocation> ShardWriter::append(std::string_view stored) {
-  if (fd_ < 0) return failed_precondition("write to closed shard '" + path_ + "'");
-  size_t done = 0;
-  while (done < stored.size()) {
-    ssize_t n = ::write(fd_, stored.data() + done, stored.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fs::errno_status(errno, "write", path_);
-    done += static_cast<size_t>(n);
+Status ShardWriter::write_all(const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t done = ::write(fd_, p, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0 && errno == EINVAL && direct_) {
+      // Opened O_DIRECT but refused at write time (alignment rules of this filesystem): buffered
+      // from here on. Nothing was written by the refused call.
+      const int flags = ::fcntl(fd_, F_GETFL);
+      if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+        return fs::errno_status(errno, "fcntl", path_);
+      }
+      direct_ = false;
+      continue;
+    }
+    if (done < 0) return fs::errno_status(errno, "write", path_);
+    p += done;
+    n -= static_cast<size_t>(done);
   }
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), stored.data(), stored.size());
-  ChunkLocation where{name_, size_, stored.size(), xxh3(stored.data(), stored.size())};
+  return Status();
+}
+
+Status ShardWriter::write_stored(std::string_view bytes) {
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  while (n > 0) {
+    if (!direct_ && stage_len_ == 0) return write_all(p, n);
+    if (stage_len_ == 0 && direct_aligned(p) && n >= kDirectAlign) {
+      // The file position is aligned whenever the stage is empty: write from the caller's memory.
+      const size_t m = n - n % kDirectAlign;
+      TSR_RETURN_IF_ERROR(write_all(p, m));
+      p += m;
+      n -= m;
+      continue;
+    }
+    if (!stage_) {
+      stage_.reset(static_cast<char*>(std::aligned_alloc(kDirectAlign, kStageBytes)));
+      if (!stage_) return resource_exhausted("shard '" + path_ + "': no memory for the stage");
+    }
+    const size_t m = std::min(n, kStageBytes - stage_len_);
+    std::memcpy(stage_.get() + stage_len_, p, m);
+    stage_len_ += m;
+    p += m;
+    n -= m;
+    if (stage_len_ == kStageBytes || !direct_) {
+      TSR_RETURN_IF_ERROR(write_all(stage_.get(), stage_len_));
+      stage_len_ = 0;
+    }
+  }
+  return Status();
+}
+
+Result<ChunkLocation> ShardWriter::append(std::string_view stored,
+                                          std::optional<uint64_t> checksum) {
+  if (fd_ < 0) return failed_precondition("write to closed shard '" + path_ + "'");
+  TSR_RETURN_IF_ERROR(write_stored(stored));
+  ChunkLocation where{name_, size_, stored.size(),
+                      checksum ? *checksum : xxh3(stored.data(), stored.size())};
+  digest_.add_chunk(where.checksum);
   size_ += stored.size();
   return where;
 }
 
+Result<ChunkLocation> ShardWriter::append_encoded(Compressor& compressor, int level,
+                                                  const void* data, size_t bytes,
+                                                  std::optional<uint64_t> data_xxh3,
+                                                  std::string* scratch) {
+  bool compressed = false;
+  TSR_ASSIGN_OR_RETURN(std::string_view stored,
+                       compressor.encode(data, bytes, level, scratch, &compressed));
+  TSR_ASSIGN_OR_RETURN(ChunkLocation where, append(stored, compressed ? std::nullopt : data_xxh3));
+  where.compressed = compressed;
+  return where;
+}
+
 Result<FileRecord> ShardWriter::finish(bool sync) {
+  if (fd_ < 0) return failed_precondition("finish of closed shard '" + path_ + "'");
+  if (stage_len_ > 0) {
+    // O_DIRECT writes whole blocks: the tail goes out padded with zeros, then the file is cut
+    // back to the bytes appended.
+    const size_t padded = (stage_len_ + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    std::memset(stage_.get() + stage_len_, 0, padded - stage_len_);
+    TSR_RETURN_IF_ERROR(write_all(stage_.get(), padded));
+    stage_len_ = 0;
+    if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+      return fs::errno_status(errno, "truncate", path_);
+    }
+  }
   if (sync && ::fsync(fd_) != 0) return fs::errno_status(errno, "fsync", path_);
   int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) return fs::errno_status(errno, "close", path_);
-  return FileRecord{name_, size_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_))};
+  return FileRecord{name_, size_, digest_.digest()};
 }
 
 Result<const fs::ReadFile*> ChunkReader::file(const std::string& name) {

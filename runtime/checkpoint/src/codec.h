@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,8 +18,6 @@
 namespace tessera::ckpt::codec {
 
 uint64_t xxh3(const void* data, size_t bytes);
-// xxh3-64 of a whole file, read in 4 MiB blocks.
-Result<uint64_t> file_xxh3(const std::string& path);
 
 class Compressor {
  public:
@@ -30,17 +29,17 @@ class Compressor {
   Status compress(const void* src, size_t bytes, int level, std::string* out);
 
   // What to store for one chunk: zstd(src) in *out, or src itself (the view points at src,
-  // *compressed = false) when zstd saves less than 1/32 of it. After two such chunks in a row
-  // the next 14 are stored without trying (dense fp32 state does not compress; trying costs a
-  // pass over the data at ~3 GB/s per core), then it tries again. reset() starts a new tensor.
+  // *compressed = false) when zstd saves less than 1/32 of it. Chunks of 256 KiB and more are
+  // probed first: four 16 KiB slices spread over the chunk are compressed, and when they do not
+  // shrink the chunk is stored without trying the rest (dense fp32 weights and Adam moments do not
+  // compress at the fast levels; a full attempt costs a pass at ~3 GB/s per core, the probe 1/64).
   Result<std::string_view> encode(const void* src, size_t bytes, int level, std::string* out,
                                   bool* compressed);
-  void reset() { incompressible_run_ = 0, skip_ = 0; }
 
  private:
+  bool worth_compressing(const void* src, size_t bytes, int level);
   void* cctx_;
-  int incompressible_run_ = 0;  // consecutive chunks zstd could not shrink
-  int skip_ = 0;                // chunks still to store without trying
+  std::string probe_in_, probe_out_;
 };
 
 class Decompressor {
@@ -74,25 +73,69 @@ class RateLimiter {
   double total_ = 0;
 };
 
-// Appends stored chunks to a new shard file, keeping the whole-file xxh3.
+// The checksum a manifest records for a whole file: xxh3-64 over the checksums of its chunks
+// (little-endian u64, in file order). The chunks tile the file, so with each chunk verified this
+// vouches for every byte without a second pass over them.
+class FileDigest {
+ public:
+  FileDigest();
+  ~FileDigest();
+  FileDigest(const FileDigest&) = delete;
+  FileDigest& operator=(const FileDigest&) = delete;
+  void add_chunk(uint64_t chunk_checksum);
+  uint64_t digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
+
+// Appends stored chunks to a new shard file, keeping the file's digest.
+//
+// With `direct` the file is opened O_DIRECT: bytes go from memory to the device without the page
+// cache, so a save neither spends a core copying into it nor evicts the job's cached files, and a
+// rank's writes do not queue behind other ranks' writeback (docs/PERFORMANCE.md: buffered writes
+// of four ranks on two cores were the bulk of a save). Stretches that start 4 KiB-aligned in
+// memory while the file position is aligned are written straight from the caller's memory (dense
+// state stored as it is: no copy at all); the rest is gathered in an aligned 4 MiB stage. The last
+// partial block is written padded and the file cut back to its size. Where the filesystem refuses
+// O_DIRECT (open or the first write says EINVAL) the writer continues with buffered writes.
 class ShardWriter {
  public:
   // `path` absolute, `name` relative to the checkpoint root (for the manifest).
-  static Result<std::unique_ptr<ShardWriter>> create(std::string path, std::string name);
+  static Result<std::unique_ptr<ShardWriter>> create(std::string path, std::string name,
+                                                     bool direct);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
-  Result<ChunkLocation> append(std::string_view stored);
+  // `checksum`: xxh3-64 of exactly `stored` when the caller has it already (a chunk stored as it
+  // is has the checksum of its content); computed otherwise.
+  Result<ChunkLocation> append(std::string_view stored,
+                               std::optional<uint64_t> checksum = std::nullopt);
+  // Encodes `bytes` of `data` with `compressor` (zstd when it pays, else as is; `scratch` holds
+  // the compressed bytes) and appends them; the location says which. `data_xxh3`: xxh3-64 of
+  // `data` when the caller has it, the checksum of a chunk stored as is.
+  Result<ChunkLocation> append_encoded(Compressor& compressor, int level, const void* data,
+                                       size_t bytes, std::optional<uint64_t> data_xxh3,
+                                       std::string* scratch);
   // Flushes, fsyncs (when `sync`) and closes; the file's record.
   Result<FileRecord> finish(bool sync);
   const std::string& path() const { return path_; }
+  bool direct() const { return direct_; }  // still O_DIRECT (not fallen back)
 
  private:
+  struct FreeStage {
+    void operator()(char* p) const;
+  };
   ShardWriter() = default;
+  Status write_stored(std::string_view bytes);
+  Status write_all(const char* p, size_t n);  // at the file position; drops O_DIRECT on EINVAL
   int fd_ = -1;
   std::string path_, name_;
-  uint64_t size_ = 0;
-  void* state_ = nullptr;  // XXH3_state_t
+  uint64_t size_ = 0;  // bytes appended (the file's size once finished)
+  FileDigest digest_;
+  bool direct_ = false;
+  std::unique_ptr<char, FreeStage> stage_;  // aligned, allocated on first use
+  size_t stage_len_ = 0;
 };
 
 // Reads chunks of a checkpoint root, verifying stored checksums and raw hashes.

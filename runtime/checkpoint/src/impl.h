@@ -2,6 +2,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,8 +19,12 @@ namespace tessera::ckpt {
 // One snapshot buffer: the raw bytes of every registered tensor (in registry order) and the
 // blobs. Allocated once and reused; pinned through the HAL when a device is configured.
 struct Snapshot {
+  struct FreeAligned {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
   std::optional<hal::HostBuffer> pinned;
-  std::unique_ptr<std::byte[]> plain;
+  // Page-aligned, so shard writes can go O_DIRECT straight from it (codec::ShardWriter).
+  std::unique_ptr<std::byte, FreeAligned> plain;
   std::byte* data = nullptr;
   size_t capacity = 0;
   int64_t step = -1;

@@ -1,6 +1,7 @@
 #include "tessera/checkpoint/manifest.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -11,7 +12,8 @@ namespace tessera::ckpt {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr const char* kFormat = "tessera-checkpoint-1";
+// 2: a file's checksum is over its chunks' checksums (codec::FileDigest), not its bytes.
+constexpr const char* kFormat = "tessera-checkpoint-2";
 
 Result<uint64_t> parse_hex64(const std::string& text, std::string_view where) {
   if (text.empty() || text.size() > 16) return data_loss(std::string(where) + ": bad checksum");
@@ -305,6 +307,49 @@ Status check_files(const std::string& root, const Manifest& manifest) {
   return Status();
 }
 
+// Each of this step's files must be tiled exactly by the chunks stored in it (so the verified
+// chunks covered every byte) and its recorded checksum must be the digest of their checksums.
+static Status check_file_digests(const Manifest& manifest) {
+  // file -> its chunks (an empty chunk shares its offset with the next one, hence not a map)
+  std::map<std::string, std::vector<const ChunkLocation*>> in_file;
+  auto note = [&](const ChunkLocation& l) { in_file[l.file].push_back(&l); };
+  for (const auto& t : manifest.tensors) {
+    for (const auto& s : t.shards) {
+      for (const auto& c : s.chunks) note(c.data);
+    }
+  }
+  for (const auto& b : manifest.blobs) {
+    for (const auto& c : b.chunks) note(c.data);
+  }
+  for (const auto& f : manifest.files) {
+    codec::FileDigest digest;
+    uint64_t end = 0;
+    std::vector<const ChunkLocation*>& chunks = in_file[f.name];
+    std::stable_sort(chunks.begin(), chunks.end(), [](const auto* a, const auto* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->stored < b->stored;
+    });
+    for (const ChunkLocation* where : chunks) {
+      const uint64_t offset = where->offset;
+      if (offset != end) {
+        return data_loss("shard '" + f.name + "': bytes [" + std::to_string(end) + ", " +
+                         std::to_string(offset) + ") belong to no chunk of the manifest");
+      }
+      digest.add_chunk(where->checksum);
+      end = offset + where->stored;
+    }
+    if (end != f.size) {
+      return data_loss("shard '" + f.name + "': its chunks end at byte " + std::to_string(end) +
+                       ", the file has " + std::to_string(f.size));
+    }
+    if (digest.digest() != f.checksum) {
+      return data_loss("shard '" + f.name +
+                       "': whole-file checksum mismatch (the manifest's chunk table differs from "
+                       "what was written)");
+    }
+  }
+  return Status();
+}
+
 Status verify_checkpoint(const std::string& root, const Manifest& manifest,
                          const std::function<void(uint64_t, uint64_t)>& progress) {
   TSR_RETURN_IF_ERROR(check_files(root, manifest));
@@ -337,14 +382,7 @@ Status verify_checkpoint(const std::string& root, const Manifest& manifest,
                                           " chunk " + std::to_string(i)));
     }
   }
-  // Whole-file checksums of this step's own files.
-  for (const auto& f : manifest.files) {
-    TSR_ASSIGN_OR_RETURN(uint64_t sum, codec::file_xxh3(fs::join(root, f.name)));
-    if (sum != f.checksum) {
-      return data_loss("shard '" + f.name + "': whole-file checksum mismatch");
-    }
-  }
-  return Status();
+  return check_file_digests(manifest);
 }
 
 }  // namespace tessera::ckpt

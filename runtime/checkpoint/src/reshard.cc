@@ -75,13 +75,9 @@ struct Writer {
       rec.enc = "zstd";
       rec.raw = len;
       rec.hash = codec::xxh3(p + off, len);
-      bool compressed = false;
-      TSR_ASSIGN_OR_RETURN(
-          std::string_view bytes_out,
-          compressor.encode(p + off, len, options->zstd_level, &stored, &compressed));
-      TSR_ASSIGN_OR_RETURN(rec.data, file->append(bytes_out));
-      rec.data.compressed = compressed;
-      result->bytes_written += bytes_out.size();
+      TSR_ASSIGN_OR_RETURN(rec.data, file->append_encoded(compressor, options->zstd_level, p + off,
+                                                          len, rec.hash, &stored));
+      result->bytes_written += rec.data.stored;
       result->bytes_raw += len;
       done += len;
       if (options->progress) options->progress(done, total);
@@ -193,7 +189,8 @@ Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std:
     for (int r = 0; r < world; ++r) {
       const std::string file = rank_file(r);
       TSR_ASSIGN_OR_RETURN(
-          auto shard, codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file));
+          auto shard, codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file,
+                                                 options.direct_io));
       Writer w{shard.get(), {}, {}, &options, &result, done, total};
       for (size_t i = 0; i < src.tensors.size(); ++i) {
         const TensorRecord& t = src.tensors[i];

@@ -2,6 +2,7 @@
 // background worker that persists one snapshot at a time (commit.cc).
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -114,7 +115,18 @@ Status Checkpointer::Impl::reserve(Snapshot& into, size_t bytes) {
     into.data = static_cast<std::byte*>(pinned.data());
     into.pinned = std::move(pinned);
   } else {
-    into.plain = std::make_unique_for_overwrite<std::byte[]>(alloc);
+    // Aligned for O_DIRECT writes from it; large buffers on 2 MiB boundaries and advised to use
+    // transparent huge pages (a hint): 512x fewer page faults when the buffer is first filled and
+    // fewer TLB misses in every snapshot copy.
+    constexpr size_t kPage = 4096, kHugePage = 2u << 20;
+    const size_t align = alloc >= kHugePage ? kHugePage : kPage;
+    const size_t rounded = (alloc + align - 1) / align * align;
+    into.plain.reset(static_cast<std::byte*>(std::aligned_alloc(align, rounded)));
+    if (!into.plain) {
+      return resource_exhausted("checkpointer: no memory for a " + std::to_string(alloc) +
+                                "-byte snapshot buffer");
+    }
+    if (align == kHugePage) ::madvise(into.plain.get(), rounded, MADV_HUGEPAGE);
     into.data = into.plain.get();
   }
   into.capacity = alloc;

@@ -58,9 +58,11 @@ struct CheckpointOptions {
   double max_write_mbps = 0;  // persist rate limit in MB/s (1e6 bytes); 0: unlimited
   BusyPolicy busy_policy = BusyPolicy::kWait;
   PersistPriority persist_priority = PersistPriority::kNice;
-  int keep_last = 3;                  // committed checkpoints kept by garbage collection (>= 1)
-  int full_every = 1;                 // 1: every save full; K: a full save, then K-1 deltas
-  bool fsync = true;                  // false only for tests on throwaway directories
+  int keep_last = 3;   // committed checkpoints kept by garbage collection (>= 1)
+  int full_every = 1;  // 1: every save full; K: a full save, then K-1 deltas
+  bool fsync = true;   // false only for tests on throwaway directories
+  // Shard files written O_DIRECT (no page-cache copy; buffered where the filesystem refuses it).
+  bool direct_io = true;
   bool peer_replica = false;          // keep the last snapshot in a buddy's memory (replica.cc)
   int replica_stride = 1;             // buddy = (rank + stride) % size; use ranks per host
   std::optional<hal::Device> device;  // for device tensors: pinned buffers and copies
@@ -88,7 +90,8 @@ struct SaveResult {
   bool delta = false;  // stored as a delta of base_step
   int64_t base_step = -1;
   double blocking_s = 0;     // copied from SaveStart
-  double persist_s = 0;      // background: compress, write, fsync, commit
+  double persist_s = 0;      // background: compress, write, fsync, commit (durable and published)
+  double gc_s = 0;           // rank 0, after persist_s: deleting the steps no longer kept
   size_t bytes_written = 0;  // this rank's shard file bytes
   size_t bytes_full = 0;     // what a full save of the same chunks stores (delta: the base's)
   size_t bytes_raw = 0;      // uncompressed bytes this rank is responsible for

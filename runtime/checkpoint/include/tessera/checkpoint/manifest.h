@@ -66,7 +66,9 @@ struct BlobRecord {
 struct FileRecord {
   std::string name;  // relative to the root
   uint64_t size = 0;
-  uint64_t checksum = 0;  // xxh3-64 of the whole file
+  // xxh3-64 over the checksums of the file's chunks in file order (u64 little-endian each); the
+  // chunks tile the file, so verifying them and this covers every byte in one pass.
+  uint64_t checksum = 0;
 };
 
 struct Manifest {
@@ -106,8 +108,8 @@ Result<std::vector<StepInfo>> list_steps(const std::string& root);
 
 // Presence and size of every listed file, and no file in step-N/ that the manifest does not list.
 Status check_files(const std::string& root, const Manifest& manifest);
-// check_files, then every chunk's checksum (and the base chunks of deltas) and every file's
-// whole-file checksum. `progress(done, total)` in bytes, optional.
+// check_files, then every chunk's checksum (and the base chunks of deltas), that the chunks tile
+// each file and every file's checksum. `progress(done, total)` in bytes, optional.
 Status verify_checkpoint(const std::string& root, const Manifest& manifest,
                          const std::function<void(uint64_t, uint64_t)>& progress = {});
 

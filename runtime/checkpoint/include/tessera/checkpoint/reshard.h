@@ -27,6 +27,7 @@ struct ReshardOptions {
   size_t chunk_bytes = 0;                       // 0: the source's chunk size
   int zstd_level = -1;
   bool fsync = true;
+  bool direct_io = true;                                        // as CheckpointOptions::direct_io
   std::function<void(uint64_t done, uint64_t total)> progress;  // raw bytes written, optional
 };
 
