@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera.h"
+#include "tessera/checkpoint/layout.h"
 
 namespace {
 
@@ -234,8 +235,12 @@ TEST(CApiPlan, PresetsAndInlineConfigsGiveTheBestPlanAsJson) {
   ASSERT_EQ(tessera_plan(&request, &json), TESSERA_OK) << tessera_last_error();
   const std::string text = json;
   tessera_free(json);
-  for (const char* key : {"\"summary\"", "\"plan\"", "\"tp\"", "\"step_time_s\"", "\"llama2-7b\""})
+  for (const char* key :
+       {"\"summary\"", "\"plans\"", "\"search\"", "\"tp\"", "\"step_time_s\"", "\"llama2-7b\""})
     EXPECT_NE(text.find(key), std::string::npos) << key << " in " << text;
+  // One plan, in the document `tessera plan --json` prints (the layout readers take it).
+  auto layout = tessera::ckpt::parse_layout_json(text, "tessera_plan output");
+  EXPECT_TRUE(layout.ok()) << layout.status().to_string();
 
   // A Hugging Face config.json passed as text, with a fixed value.
   request.model =

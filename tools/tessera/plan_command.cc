@@ -9,8 +9,6 @@
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "calibrate.h"
 #include "commands.h"
 #include "format.h"
@@ -18,13 +16,13 @@
 #include "tessera/ir/loaders.h"
 #include "tessera/plan/calibration.h"
 #include "tessera/plan/replan.h"
+#include "tessera/plan/report_json.h"
 #include "tessera/plan/search.h"
 #include "tessera/plan/timeline.h"
 
 namespace tessera::tools {
 namespace {
 
-using Json = nlohmann::ordered_json;
 constexpr double kGiB = 1073741824.0;
 
 struct PlanOptions {
@@ -55,45 +53,6 @@ std::string fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
-}
-
-Json estimate_json(const plan::Estimate& e) {
-  const plan::Plan& p = e.plan;
-  const plan::TimeBreakdown& t = e.time;
-  const plan::MemoryBreakdown& m = e.memory;
-  return {{"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"cp", p.cp},
-          {"ep", p.ep},
-          {"vp", p.vp},
-          {"mbs", p.mbs},
-          {"num_microbatches", p.num_microbatches},
-          {"zero", p.zero},
-          {"recompute", plan::recompute_name(p.recompute)},
-          {"sp", p.sp ? 1 : 0},
-          {"stage_layers", p.stage_blocks},
-          {"step_time_s", e.step_time_s},
-          {"tokens_per_s", e.tokens_per_s},
-          {"model_tflops_per_device", e.model_tflops_per_device},
-          {"hardware_tflops_per_device", e.hardware_tflops_per_device},
-          {"mfu", e.mfu},
-          {"memory_gib_per_device", m.total() / kGiB},
-          {"breakdown",
-           {{"compute_s", t.compute_s},
-            {"bubble_s", t.bubble_s},
-            {"tp_comm_s", t.tp_comm_s},
-            {"pp_comm_s", t.pp_comm_s},
-            {"dp_comm_s", t.dp_comm_s},
-            {"cp_comm_s", t.cp_comm_s},
-            {"ep_comm_s", t.ep_comm_s},
-            {"optimizer_s", t.optimizer_s}}},
-          {"memory_breakdown_gib",
-           {{"weights", m.weights / kGiB},
-            {"gradients", m.gradients / kGiB},
-            {"optimizer", m.optimizer / kGiB},
-            {"activations", m.activations / kGiB},
-            {"transient", m.transient / kGiB}}}};
 }
 
 std::string plans_table(const std::vector<plan::Estimate>& plans) {
@@ -272,35 +231,7 @@ void run_plan(const PlanOptions& o) {
     if (!(file << svg)) fail(o.timeline + ": cannot write the timeline");
   }
   if (o.json) {
-    Json plans = Json::array();
-    for (const plan::Estimate& e : r.plans) plans.push_back(estimate_json(e));
-    const Json out = {{"model",
-                       {{"name", model.name},
-                        {"params", ir::model_params(model)},
-                        {"active_params", ir::model_active_params(model)},
-                        {"layers", model.num_blocks},
-                        {"hidden", model.hidden},
-                        {"heads", model.heads},
-                        {"kv_heads", model.kv_heads},
-                        {"vocab", model.vocab},
-                        {"experts", model.experts}}},
-                      {"cluster",
-                       {{"name", cluster.name},
-                        {"hosts", cluster.hosts},
-                        {"devices_per_host", cluster.devices_per_host},
-                        {"device", cluster.device.name},
-                        {"memory_gib", cluster.device.memory_gib}}},
-                      {"workload",
-                       {{"global_batch", w.global_batch},
-                        {"seq_len", w.seq_len},
-                        {"dtype", plan::dtype_name(w.dtype)}}},
-                      {"plans", plans},
-                      {"search",
-                       {{"candidates", r.candidates},
-                        {"evaluated", r.evaluated},
-                        {"feasible", r.feasible},
-                        {"elapsed_ms", r.elapsed_ms}}}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << plan::search_report_json(model, cluster, w, r) << "\n";
     return;
   }
   const plan::ClusterSpec& c = cluster;

@@ -198,11 +198,14 @@ typedef struct tessera_plan_request {
   const char* fix;      /* [in][optional] fixed values, "tp=2,zero=1" (tessera plan --fix) */
 } tessera_plan_request;
 
-/* Searches the parallel plans for the request and returns the fastest that fits as JSON:
- *   {"model": {...}, "cluster": {...}, "workload": {...}, "summary": "tp=.. pp=.. ...",
- *    "plan": {"tp", "pp", "dp", "cp", "ep", "vp", "mbs", "num_microbatches", "zero",
- *             "recompute", "sp", "stage_layers"},
- *    "estimate": {"step_time_s", "tokens_per_s", "mfu", "memory_gib_per_device", "breakdown"}}
+/* Searches the parallel plans for the request and returns the fastest that fits as JSON, the same
+ * document `tessera plan --json --top 1` prints (so `tessera ckpt reshard --to` and
+ * `tessera-train --plan-json` take it as it is):
+ *   {"model": {...}, "cluster": {...}, "workload": {...},
+ *    "plans": [{"tp", "pp", "dp", "cp", "ep", "vp", "mbs", "num_microbatches", "zero",
+ *               "recompute", "sp", "stage_layers", "summary": "tp=.. pp=.. ...", "step_time_s",
+ *               "tokens_per_s", "mfu", "memory_gib_per_device", "breakdown", ...}],
+ *    "search": {"candidates", "evaluated", "feasible", "elapsed_ms"}}
  * Pure: needs no context, reads only the files named. Thread-safe.
  *   out_json [out] NUL-terminated; tessera_free() it.
  * Returns INVALID_ARGUMENT (bad request, or fixed values that admit no plan), NOT_FOUND (a file),
