@@ -211,6 +211,42 @@ Status check_dtype(const char* op, DType dtype, ReduceOp rop, bool reduces) {
   return Status();
 }
 
+// The argument checks of one operation, shared by the blocking and the stream forms so both
+// refuse the same calls in the same words. The v-variants check their count arrays themselves.
+Status check_args(const OpDesc& d, int rank, int size) {
+  const std::string name(op_name(d.kind));
+  const char* op = name.c_str();
+  const bool reduces =
+      d.kind == OpKind::kAllReduce || d.kind == OpKind::kReduce || d.kind == OpKind::kReduceScatter;
+  TSR_RETURN_IF_ERROR(check_dtype(op, d.dtype, d.op, reduces));
+  switch (d.kind) {
+    case OpKind::kReduce:
+      TSR_RETURN_IF_ERROR(check_rank(op, "root", d.root, size));
+      TSR_RETURN_IF_ERROR(check_buffer(op, "send", d.send, d.count));
+      return rank == d.root ? check_buffer(op, "recv", d.recv, d.count) : Status();
+    case OpKind::kBroadcast:
+      TSR_RETURN_IF_ERROR(check_rank(op, "root", d.root, size));
+      if (rank == d.root) TSR_RETURN_IF_ERROR(check_buffer(op, "send", d.send, d.count));
+      return check_buffer(op, "recv", d.recv, d.count);
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      TSR_RETURN_IF_ERROR(check_rank(op, "peer", d.root, size));
+      if (d.root == rank) return invalid_argument(name + ": peer is this rank");
+      return check_buffer(op, "buf", d.kind == OpKind::kSend ? d.send : d.recv, d.count);
+    case OpKind::kBarrier: return Status();
+    default:  // allreduce, allgather, reduce_scatter, alltoall: a send and a receive buffer
+      TSR_RETURN_IF_ERROR(check_buffer(op, "send", d.send, d.count));
+      return check_buffer(op, "recv", d.recv, d.count);
+  }
+}
+
+// Every blocking operation: refused once the communicator is aborted, then checked, then run.
+Status run(CommImpl& impl, int rank, int size, const OpDesc& d) {
+  if (impl.aborted()) return impl.abort_status();
+  TSR_RETURN_IF_ERROR(check_args(d, rank, size));
+  return impl.execute(d);
+}
+
 }  // namespace
 
 #define TSR_CHECK_COMM(opname)                          \
@@ -220,42 +256,21 @@ Status check_dtype(const char* op, DType dtype, ReduceOp rop, bool reduces) {
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                ReduceOp op) {
-  TSR_CHECK_COMM("allreduce");
-  TSR_RETURN_IF_ERROR(check_dtype("allreduce", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "recv", recv, count));
-  OpDesc d = desc(OpKind::kAllReduce, send, recv, count, dtype, op);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(), desc(OpKind::kAllReduce, send, recv, count, dtype, op));
 }
 
 Status Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                             int root) {
-  TSR_CHECK_COMM("reduce");
-  TSR_RETURN_IF_ERROR(check_dtype("reduce", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_rank("reduce", "root", root, size()));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce", "send", send, count));
-  if (rank() == root) TSR_RETURN_IF_ERROR(check_buffer("reduce", "recv", recv, count));
-  OpDesc d = desc(OpKind::kReduce, send, recv, count, dtype, op, root);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(), desc(OpKind::kReduce, send, recv, count, dtype, op, root));
 }
 
 Status Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
-  TSR_CHECK_COMM("broadcast");
-  TSR_RETURN_IF_ERROR(check_dtype("broadcast", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("broadcast", "root", root, size()));
-  if (rank() == root) TSR_RETURN_IF_ERROR(check_buffer("broadcast", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("broadcast", "recv", recv, count));
-  OpDesc d = desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(),
+             desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
 }
 
 Status Communicator::allgather(const void* send, void* recv, size_t count, DType dtype) {
-  TSR_CHECK_COMM("allgather");
-  TSR_RETURN_IF_ERROR(check_dtype("allgather", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_buffer("allgather", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("allgather", "recv", recv, count));
-  OpDesc d = desc(OpKind::kAllGather, send, recv, count, dtype);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(), desc(OpKind::kAllGather, send, recv, count, dtype));
 }
 
 Status Communicator::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
@@ -279,21 +294,12 @@ Status Communicator::allgatherv(const void* send, void* recv, std::span<const si
 
 Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                     ReduceOp op) {
-  TSR_CHECK_COMM("reduce_scatter");
-  TSR_RETURN_IF_ERROR(check_dtype("reduce_scatter", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "send", send, recv_count));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "recv", recv, recv_count));
-  OpDesc d = desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(),
+             desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op));
 }
 
 Status Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype) {
-  TSR_CHECK_COMM("alltoall");
-  TSR_RETURN_IF_ERROR(check_dtype("alltoall", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "recv", recv, count));
-  OpDesc d = desc(OpKind::kAllToAll, send, recv, count, dtype);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(), desc(OpKind::kAllToAll, send, recv, count, dtype));
 }
 
 Status Communicator::alltoallv(const void* send, std::span<const size_t> send_counts,
@@ -326,29 +332,17 @@ Status Communicator::alltoallv(const void* send, std::span<const size_t> send_co
 }
 
 Status Communicator::send(const void* buf, size_t count, DType dtype, int peer) {
-  TSR_CHECK_COMM("send");
-  TSR_RETURN_IF_ERROR(check_dtype("send", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("send", "peer", peer, size()));
-  if (peer == rank()) return invalid_argument("send: peer is this rank");
-  TSR_RETURN_IF_ERROR(check_buffer("send", "buf", buf, count));
-  OpDesc d = desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(),
+             desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer));
 }
 
 Status Communicator::recv(void* buf, size_t count, DType dtype, int peer) {
-  TSR_CHECK_COMM("recv");
-  TSR_RETURN_IF_ERROR(check_dtype("recv", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("recv", "peer", peer, size()));
-  if (peer == rank()) return invalid_argument("recv: peer is this rank");
-  TSR_RETURN_IF_ERROR(check_buffer("recv", "buf", buf, count));
-  OpDesc d = desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(),
+             desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer));
 }
 
 Status Communicator::barrier() {
-  TSR_CHECK_COMM("barrier");
-  OpDesc d = desc(OpKind::kBarrier);
-  return impl_->execute(d);
+  return run(*impl_, rank(), size(), desc(OpKind::kBarrier));
 }
 
 // ---- on a stream
@@ -367,80 +361,61 @@ Status check_stream(const char* op, const CommImpl& impl, const hal::Stream& str
   return Status();
 }
 
-}  // namespace
+// Every stream operation: refused once aborted, checked (arguments, then the stream), queued.
+Result<Work> enqueue(CommImpl& impl, int rank, int size, OpDesc d, const hal::Stream& stream) {
+  if (impl.aborted()) return impl.abort_status();
+  TSR_RETURN_IF_ERROR(check_args(d, rank, size));
+  TSR_RETURN_IF_ERROR(check_stream(std::string(op_name(d.kind)).c_str(), impl, stream));
+  return impl.enqueue(std::move(d), stream);
+}
 
-#define TSR_ENQUEUE(opname, desc)                              \
-  do {                                                         \
-    TSR_CHECK_COMM(opname);                                    \
-    TSR_RETURN_IF_ERROR(check_stream(opname, *impl_, stream)); \
-    return impl_->enqueue(desc, stream);                       \
-  } while (0)
+}  // namespace
 
 Result<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                      ReduceOp op, const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("allreduce", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("allreduce", "recv", recv, count));
-  TSR_ENQUEUE("allreduce", desc(OpKind::kAllReduce, send, recv, count, dtype, op));
+  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllReduce, send, recv, count, dtype, op),
+                 stream);
 }
 
 Result<Work> Communicator::reduce(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op, int root, const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("reduce", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_rank("reduce", "root", root, size()));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce", "send", send, count));
-  TSR_ENQUEUE("reduce", desc(OpKind::kReduce, send, recv, count, dtype, op, root));
+  return enqueue(*impl_, rank(), size(), desc(OpKind::kReduce, send, recv, count, dtype, op, root),
+                 stream);
 }
 
 Result<Work> Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
                                      int root, const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("broadcast", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("broadcast", "root", root, size()));
-  TSR_RETURN_IF_ERROR(check_buffer("broadcast", "recv", recv, count));
-  TSR_ENQUEUE("broadcast",
-              desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
+  return enqueue(*impl_, rank(), size(),
+                 desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), stream);
 }
 
 Result<Work> Communicator::allgather(const void* send, void* recv, size_t count, DType dtype,
                                      const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("allgather", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_buffer("allgather", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("allgather", "recv", recv, count));
-  TSR_ENQUEUE("allgather", desc(OpKind::kAllGather, send, recv, count, dtype));
+  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllGather, send, recv, count, dtype),
+                 stream);
 }
 
 Result<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                           DType dtype, ReduceOp op, const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("reduce_scatter", dtype, op, true));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "send", send, recv_count));
-  TSR_RETURN_IF_ERROR(check_buffer("reduce_scatter", "recv", recv, recv_count));
-  TSR_ENQUEUE("reduce_scatter", desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op));
+  return enqueue(*impl_, rank(), size(),
+                 desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op), stream);
 }
 
 Result<Work> Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype,
                                     const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("alltoall", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "send", send, count));
-  TSR_RETURN_IF_ERROR(check_buffer("alltoall", "recv", recv, count));
-  TSR_ENQUEUE("alltoall", desc(OpKind::kAllToAll, send, recv, count, dtype));
+  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllToAll, send, recv, count, dtype), stream);
 }
 
 Result<Work> Communicator::send(const void* buf, size_t count, DType dtype, int peer,
                                 const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("send", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("send", "peer", peer, size()));
-  if (peer == rank()) return invalid_argument("send: peer is this rank");
-  TSR_RETURN_IF_ERROR(check_buffer("send", "buf", buf, count));
-  TSR_ENQUEUE("send", desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer));
+  return enqueue(*impl_, rank(), size(),
+                 desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer), stream);
 }
 
 Result<Work> Communicator::recv(void* buf, size_t count, DType dtype, int peer,
                                 const hal::Stream& stream) {
-  TSR_RETURN_IF_ERROR(check_dtype("recv", dtype, ReduceOp::kSum, false));
-  TSR_RETURN_IF_ERROR(check_rank("recv", "peer", peer, size()));
-  if (peer == rank()) return invalid_argument("recv: peer is this rank");
-  TSR_RETURN_IF_ERROR(check_buffer("recv", "buf", buf, count));
-  TSR_ENQUEUE("recv", desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer));
+  return enqueue(*impl_, rank(), size(),
+                 desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer), stream);
 }
 
 }  // namespace tessera::coll

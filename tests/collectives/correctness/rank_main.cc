@@ -3,7 +3,9 @@
 //   all              every combination of all_cases(); prints the first failures with context
 //   mismatch_count   rank 0 allreduces 1000 floats, the others 999
 //   mismatch_dtype   rank 0 allreduces f32, the others i32
-//   null_buffer      allreduce with a null send buffer, then a null receive buffer
+//   null_buffer      allreduce with a null send buffer, then a null receive buffer; the stream
+//                    allreduce, reduce (null recv at the root) and broadcast (null send at the
+//                    root)
 //   foreign_stream   an allreduce queued on a stream of host:1 on a communicator of host:0
 //   after_abort      abort(), then allreduce and barrier
 // The bad-input scenarios write the status each call returned to --out FILE (one line per call)
@@ -100,6 +102,16 @@ int run_bad_input(Context& ctx, const std::string& scenario, const std::string& 
   } else if (scenario == "null_buffer") {
     record(comm.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum));
     record(comm.allreduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum));
+    // The stream forms refuse the same calls. Each rank names itself the root, so every rank's
+    // call is refused and nothing is sent.
+    if (!ctx.stream) {
+      std::fprintf(stderr, "rank %d: no stream\n", rank);
+      return 2;
+    }
+    auto queued = [&](const Result<Work>& w) { record(w.ok() ? Status() : w.status()); };
+    queued(comm.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum, *ctx.stream));
+    queued(comm.reduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum, rank, *ctx.stream));
+    queued(comm.broadcast(nullptr, recv.data(), 1000, DType::kF32, rank, *ctx.stream));
   } else if (scenario == "foreign_stream") {
     auto other = ctx.platform->device("host", 1);
     if (!other.ok()) {
