@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "support/model_state.h"
+#include "support/rank_check.h"
 #include "support/socket_rank_group.h"
 #include "support/test_util.h"
 #include "tessera/checkpoint/checkpointer.h"
@@ -20,29 +21,6 @@ using testing::Layout;
 using testing::ModelState;
 using testing::run_ranks;
 using testing::ScratchDir;
-
-int fail(int rank, const std::string& what) {
-  std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-  return 1;
-}
-const Status& status_of(const Status& s) {
-  return s;
-}
-template <typename T>
-const Status& status_of(const Result<T>& r) {
-  return r.status();
-}
-#define RANK_OK(expr)                                                             \
-  do {                                                                            \
-    const ::tessera::Status rank_ok_status_ = status_of(expr);                    \
-    if (!rank_ok_status_.ok()) {                                                  \
-      return fail(rank, std::string(#expr) + ": " + rank_ok_status_.to_string()); \
-    }                                                                             \
-  } while (0)
-#define RANK_CHECK(cond, what)            \
-  do {                                    \
-    if (!(cond)) return fail(rank, what); \
-  } while (0)
 
 CheckpointOptions options_for(const std::string& dir) {
   CheckpointOptions o;
