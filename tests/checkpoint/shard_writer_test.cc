@@ -37,7 +37,7 @@ TEST_P(ShardWriterTest, TheFileHoldsExactlyTheAppendedBytesAtTheirLocations) {
   // A page-aligned source: whole aligned stretches go out without a copy.
   constexpr size_t kBig = (4u << 20) + 4096 + 3;
   std::unique_ptr<char, decltype(&std::free)> aligned(
-      static_cast<char*>(std::aligned_alloc(4096, kBig + 4096)), &std::free);
+      static_cast<char*>(std::aligned_alloc(4096, (kBig + 4095) / 4096 * 4096)), &std::free);
   for (size_t i = 0; i < kBig; ++i) aligned.get()[i] = static_cast<char>(i * 7 + 1);
   std::vector<std::string_view> pieces = {
       std::string_view(aligned.get(), 4u << 20),  // aligned, at an aligned position
