@@ -308,4 +308,17 @@ Status ChunkReader::read(const ChunkRecord& chunk, void* dst, std::string_view w
   return Status();
 }
 
+Status ChunkReader::read_blob(const BlobRecord& blob, std::string* out) {
+  out->clear();
+  std::string chunk;
+  for (size_t i = 0; i < blob.chunks.size(); ++i) {
+    chunk.resize(blob.chunks[i].raw);
+    TSR_RETURN_IF_ERROR(
+        read(blob.chunks[i], chunk.data(), "blob '" + blob.name + "' chunk " + std::to_string(i)));
+    out->append(chunk);
+  }
+  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
+  return Status();
+}
+
 }  // namespace tessera::ckpt::codec

@@ -145,6 +145,8 @@ class ChunkReader {
   // Decodes `chunk` into dst (chunk.raw bytes). `what` names it in errors: "tensor 'w' shard of
   // rank 2 chunk 5".
   Status read(const ChunkRecord& chunk, void* dst, std::string_view what);
+  // A whole blob, its chunks decoded and verified in order, into *out (its recorded size).
+  Status read_blob(const BlobRecord& blob, std::string* out);
   // The stored bytes of one location, checksum verified.
   Status read_stored(const ChunkLocation& where, std::string* out, std::string_view what);
   uint64_t bytes_read() const { return bytes_read_; }

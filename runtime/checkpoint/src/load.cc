@@ -13,22 +13,6 @@
 #include "tessera/common/log.h"
 
 namespace tessera::ckpt {
-namespace {
-
-Status read_blob(codec::ChunkReader& reader, const BlobRecord& blob, std::string* out) {
-  out->clear();
-  std::string chunk;
-  for (size_t i = 0; i < blob.chunks.size(); ++i) {
-    chunk.resize(blob.chunks[i].raw);
-    TSR_RETURN_IF_ERROR(reader.read(blob.chunks[i], chunk.data(),
-                                    "blob '" + blob.name + "' chunk " + std::to_string(i)));
-    out->append(chunk);
-  }
-  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
-  return Status();
-}
-
-}  // namespace
 
 void Checkpointer::Impl::wait_idle() {
   std::unique_lock lock(mu);
@@ -90,7 +74,7 @@ Status Checkpointer::Impl::load_step(int64_t step, Snapshot& staging, LoadResult
       return not_found("blob '" + name + "' of rank " + std::to_string(rank) + " is not in step " +
                        std::to_string(step));
     }
-    TSR_RETURN_IF_ERROR(read_blob(reader, *found, &staging.blobs[i]));
+    TSR_RETURN_IF_ERROR(reader.read_blob(*found, &staging.blobs[i]));
   }
   result->bytes_read = reader.bytes_read();
   result->chunks_read = reader.chunks_read();

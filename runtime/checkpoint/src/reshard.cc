@@ -46,19 +46,6 @@ Result<int64_t> committed_step(const std::string& src, const std::optional<int64
   return *step;
 }
 
-Status read_blob_bytes(codec::ChunkReader& reader, const BlobRecord& blob, std::string* out) {
-  out->clear();
-  std::string chunk;
-  for (size_t i = 0; i < blob.chunks.size(); ++i) {
-    chunk.resize(blob.chunks[i].raw);
-    TSR_RETURN_IF_ERROR(reader.read(blob.chunks[i], chunk.data(),
-                                    "blob '" + blob.name + "' chunk " + std::to_string(i)));
-    out->append(chunk);
-  }
-  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
-  return Status();
-}
-
 struct Writer {
   codec::ShardWriter* file;
   codec::Compressor compressor;
@@ -217,7 +204,7 @@ Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std:
         const bool mine = b.replicated ? r == 0 : b.rank == r;
         if (!mine) continue;
         std::string bytes;
-        TSR_RETURN_IF_ERROR(read_blob_bytes(reader, b, &bytes));
+        TSR_RETURN_IF_ERROR(reader.read_blob(b, &bytes));
         BlobRecord rec{b.name, r, b.replicated, bytes.size(), {}};
         TSR_RETURN_IF_ERROR(w.chunks(bytes.data(), bytes.size(), chunk_bytes, &rec.chunks));
         out.blobs.push_back(std::move(rec));
