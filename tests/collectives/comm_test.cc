@@ -20,22 +20,6 @@ namespace {
 using testing::child_communicator;
 using testing::run_ranks;
 
-#define CHILD_CHECK(cond, ...)                                            \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
-
-#define CHILD_OK(expr)                                               \
-  do {                                                               \
-    const Status _s = (expr);                                        \
-    CHILD_CHECK(_s.ok(), "%s -> %s", #expr, _s.to_string().c_str()); \
-  } while (0)
-
 void expect_all_ok(const std::vector<testing::RankResult>& results, int n) {
   ASSERT_EQ(results.size(), size_t(n));
   for (const auto& r : results) {

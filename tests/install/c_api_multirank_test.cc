@@ -18,17 +18,7 @@ namespace {
 using tessera::coll::testing::RankResult;
 using tessera::coll::testing::run_ranks;
 
-#define RANK_CHECK(cond, ...)                                             \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
-
-#define RANK_OK(call) RANK_CHECK((call) == TESSERA_OK, "%s: %s", #call, tessera_last_error())
+#define RANK_OK(call) CHILD_CHECK((call) == TESSERA_OK, "%s: %s", #call, tessera_last_error())
 
 // The variables `tessera launch` sets (tools/tessera/launch/environment.cc), for the store the
 // parent hosts; then tessera_init_from_env.
@@ -64,27 +54,28 @@ TEST(CApiTwoRanks, CollectivesGiveEveryRankTheRightResult) {
             int got_rank = -1, got_size = -1;
             RANK_OK(tessera_rank(ctx, &got_rank));
             RANK_OK(tessera_size(ctx, &got_size));
-            RANK_CHECK(got_rank == rank && got_size == size, "rank %d size %d", got_rank, got_size);
+            CHILD_CHECK(got_rank == rank && got_size == size, "rank %d size %d", got_rank,
+                        got_size);
             // allreduce, in place, avg over f64
             std::vector<double> v(1000, rank == 0 ? 1.0 : 3.0);
             RANK_OK(tessera_allreduce(ctx, v.data(), v.data(), v.size(), TESSERA_F64, TESSERA_AVG));
-            RANK_CHECK(v[0] == 2.0 && v[999] == 2.0, "avg %g", v[0]);
+            CHILD_CHECK(v[0] == 2.0 && v[999] == 2.0, "avg %g", v[0]);
             // allgather of i32
             int32_t mine[3] = {rank, rank * 10, rank * 100};
             int32_t all[6] = {};
             RANK_OK(tessera_allgather(ctx, mine, all, 3, TESSERA_I32));
-            RANK_CHECK(all[0] == 0 && all[3] == 1 && all[5] == 100, "allgather %d %d %d", all[0],
-                       all[3], all[5]);
+            CHILD_CHECK(all[0] == 0 && all[3] == 1 && all[5] == 100, "allgather %d %d %d", all[0],
+                        all[3], all[5]);
             // reduce_scatter of f32: rank r gets block r of the sum
             float send[4] = {1.f, 2.f, 3.f, 4.f}, recv[2] = {};
             RANK_OK(tessera_reduce_scatter(ctx, send, recv, 2, TESSERA_F32, TESSERA_SUM));
-            RANK_CHECK(recv[0] == 2.f * send[2 * rank] && recv[1] == 2.f * send[2 * rank + 1],
-                       "reduce_scatter %g %g", recv[0], recv[1]);
+            CHILD_CHECK(recv[0] == 2.f * send[2 * rank] && recv[1] == 2.f * send[2 * rank + 1],
+                        "reduce_scatter %g %g", recv[0], recv[1]);
             // broadcast from rank 1; rank 0 passes no send buffer
             uint8_t bytes[5] = {};
             if (rank == 1) std::memcpy(bytes, "hello", 5);
             RANK_OK(tessera_broadcast(ctx, rank == 1 ? bytes : nullptr, bytes, 5, TESSERA_U8, 1));
-            RANK_CHECK(std::memcmp(bytes, "hello", 5) == 0, "broadcast");
+            CHILD_CHECK(std::memcmp(bytes, "hello", 5) == 0, "broadcast");
             RANK_OK(tessera_barrier(ctx));
             RANK_OK(tessera_context_destroy(ctx));
             return 0;
@@ -119,10 +110,10 @@ TEST(CApiTwoRanks, GradSyncAveragesAcrossRanks) {
                               tessera_step_stats stats{};
                               stats.struct_size = sizeof stats;
                               RANK_OK(tessera_grad_sync_finish(sync, &stats));
-                              RANK_CHECK(stats.buckets >= 2, "%zu buckets", stats.buckets);
+                              CHILD_CHECK(stats.buckets >= 2, "%zu buckets", stats.buckets);
                               for (int p = 0; p < 4; ++p) {
                                 const float want = 3.f * float(p + step);  // (1 + 2) x (p + step)
-                                RANK_CHECK(
+                                CHILD_CHECK(
                                     grads[size_t(p)][0] == want && grads[size_t(p)][2999] == want,
                                     "step %d param %d: %g, want %g", step, p, grads[size_t(p)][0],
                                     want);
@@ -162,17 +153,17 @@ TEST(CApiTwoRanks, CheckpointShardsRestoreFromMemoryAndLoad) {
                   RANK_OK(tessera_checkpoint_save_async(ckpt, 3, nullptr));
                   int64_t step = -1;
                   RANK_OK(tessera_checkpoint_wait(ckpt, &step));
-                  RANK_CHECK(step == 3, "saved step %lld", (long long)step);
+                  CHILD_CHECK(step == 3, "saved step %lld", (long long)step);
                   if (rank == 1) row[2] = -1.f;
                   int from_peer = -1;
                   step = -1;
                   RANK_OK(tessera_checkpoint_restore(ckpt, &step, &from_peer));
-                  RANK_CHECK(step == 3 && from_peer == 1, "restored step %lld from_peer %d",
-                             (long long)step, from_peer);
-                  RANK_CHECK(row[2] == float(rank * 10 + 2), "restored %g", row[2]);
+                  CHILD_CHECK(step == 3 && from_peer == 1, "restored step %lld from_peer %d",
+                              (long long)step, from_peer);
+                  CHILD_CHECK(row[2] == float(rank * 10 + 2), "restored %g", row[2]);
                   row[0] = -7.f;
                   RANK_OK(tessera_checkpoint_load(ckpt, -1, 1, &step));
-                  RANK_CHECK(step == 3 && row[0] == float(rank * 10), "loaded %g", row[0]);
+                  CHILD_CHECK(step == 3 && row[0] == float(rank * 10), "loaded %g", row[0]);
                   RANK_OK(tessera_checkpoint_destroy(ckpt));
                   RANK_OK(tessera_context_destroy(ctx));
                   return 0;
@@ -193,11 +184,11 @@ TEST(CApiTwoRanks, DeadPeerIsAnErrorNotAHang) {
     const tessera_status status =
         tessera_allreduce(ctx, v.data(), v.data(), v.size(), TESSERA_F32, TESSERA_SUM);
     const std::string message = tessera_last_error();
-    RANK_CHECK(status != TESSERA_OK, "allreduce with a dead peer succeeded");
-    RANK_CHECK(
+    CHILD_CHECK(status != TESSERA_OK, "allreduce with a dead peer succeeded");
+    CHILD_CHECK(
         message.find("tessera_allreduce: ") == 0 && message.find("rank 1") != std::string::npos,
         "message: %s", message.c_str());
-    RANK_CHECK(tessera_context_destroy(ctx) != TESSERA_INVALID_ARGUMENT, "destroy");
+    CHILD_CHECK(tessera_context_destroy(ctx) != TESSERA_INVALID_ARGUMENT, "destroy");
     return 0;
   });
   expect_all_ok(results, 2);

@@ -17,22 +17,6 @@ namespace tessera::overlap::testing {
 using coll::testing::RankResult;
 using coll::testing::run_ranks;
 
-#define CHILD_CHECK(cond, ...)                                            \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
-
-#define CHILD_OK(expr)                                               \
-  do {                                                               \
-    const ::tessera::Status _s = (expr);                             \
-    CHILD_CHECK(_s.ok(), "%s -> %s", #expr, _s.to_string().c_str()); \
-  } while (0)
-
 // The end of a rank that succeeded: a barrier first, so that no rank tears its communicator down
 // while a peer may still be draining its last queued collective (the communicator's destructor
 // aborts when its proxy still looks busy, which would fail the slower peer).

@@ -19,6 +19,25 @@
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
 
+// Checks inside a rank function of run_ranks: gtest's assertions do not reach the parent, so a
+// rank prints what failed (rank, file, line) and returns 1, which the parent's exit-code check
+// reports. They need an int `rank` in scope and a function returning int.
+#define CHILD_CHECK(cond, ...)                                            \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+      std::fprintf(stderr, __VA_ARGS__);                                  \
+      std::fprintf(stderr, "\n");                                         \
+      return 1;                                                           \
+    }                                                                     \
+  } while (0)
+
+#define CHILD_OK(expr)                                               \
+  do {                                                               \
+    const ::tessera::Status _s = (expr);                             \
+    CHILD_CHECK(_s.ok(), "%s -> %s", #expr, _s.to_string().c_str()); \
+  } while (0)
+
 namespace tessera::coll::testing {
 
 struct RankResult {
