@@ -3,10 +3,11 @@
 // issue: save_async blocking time vs a plain memcpy of the same bytes; persist throughput vs
 // dd-style sequential writes of the same size to the same directory in the same run, buffered
 // (conv=fsync) and O_DIRECT (oflag=direct), in 5 alternating rounds after two warm-up saves,
-// medians, the faster dd of each round as the reference; the step time of a memory-bound "optimizer step" while a rate-limited save
-// persists (the persist thread at --persist-priority, default nice); delta bytes vs full
-// for frozen, 10%-changed and dense updates; restoring a restarted rank from its buddy's memory vs
-// from storage (page cache dropped for the shard files). Prints a table, or JSON with --json.
+// medians, the faster dd of each round as the reference; the step time of a memory-bound "optimizer
+// step" while a rate-limited save persists (the persist thread at --persist-priority, default
+// nice); delta bytes vs full for frozen, 10%-changed and dense updates; restoring a restarted rank
+// from its buddy's memory vs from storage (page cache dropped for the shard files). Prints a table,
+// or JSON with --json.
 //
 //   build-ckpt/bin/ckpt_bench --ranks 4 --bytes-per-rank 1GiB --dir /tmp/ckpt_bench
 //

@@ -224,13 +224,19 @@ TEST_F(CApi, CollectivesOnOneRankCopyAndRefuseBadArguments) {
                TESSERA_INVALID_ARGUMENT, "tessera_broadcast", "root -1");
 }
 
-TEST(CApiPlan, PresetsAndInlineConfigsGiveTheBestPlanAsJson) {
+// A valid request: the preset model on the preset cluster.
+tessera_plan_request llama2_7b_on_a_dgx() {
   tessera_plan_request request{};
   request.struct_size = sizeof request;
   request.model = "llama2-7b";
   request.cluster = "dgx-a100-80gb";
   request.global_batch = 512;
   request.seq_len = 4096;
+  return request;
+}
+
+TEST(CApiPlan, PresetsAndInlineConfigsGiveTheBestPlanAsJson) {
+  tessera_plan_request request = llama2_7b_on_a_dgx();
   char* json = nullptr;
   ASSERT_EQ(tessera_plan(&request, &json), TESSERA_OK) << tessera_last_error();
   const std::string text = json;
@@ -255,12 +261,7 @@ TEST(CApiPlan, PresetsAndInlineConfigsGiveTheBestPlanAsJson) {
 }
 
 TEST(CApiPlan, BadRequestsNameTheField) {
-  tessera_plan_request request{};
-  request.struct_size = sizeof request;
-  request.model = "llama2-7b";
-  request.cluster = "dgx-a100-80gb";
-  request.global_batch = 512;
-  request.seq_len = 4096;
+  tessera_plan_request request = llama2_7b_on_a_dgx();
   char* json = nullptr;
   request.global_batch = 0;
   expect_error(tessera_plan(&request, &json), TESSERA_INVALID_ARGUMENT, "tessera_plan",

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "support.h"
+#include "tessera/hal/gemm_desc.h"
 #include "tessera/overlap/collective_matmul.h"
 
 namespace tessera::overlap {
@@ -34,21 +35,8 @@ std::vector<float> random_matrix(size_t count, uint64_t seed) {
 // Row-major C = A B through the HAL GEMM (the unfused reference).
 Status reference_gemm(const hal::Stream& s, const float* a, int64_t rows, int64_t k, const float* b,
                       int64_t n, float* c) {
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.m = n;
-  d.n = rows;
-  d.k = k;
-  d.alpha = 1.0;
-  d.a = b;
-  d.lda = n;
-  d.b = a;
-  d.ldb = k;
-  d.c = c;
-  d.ldc = n;
-  d.dtype_ab = TSR_DTYPE_F32;
-  d.dtype_c = TSR_DTYPE_F32;
-  TSR_RETURN_IF_ERROR(s.gemm(d));
+  // Column-major C^T (n x rows) = B^T (n x k) A^T (k x rows): row-major C = A B.
+  TSR_RETURN_IF_ERROR(s.gemm(hal::f32_gemm_desc(false, false, n, rows, k, b, n, a, k, c, n)));
   return s.synchronize();
 }
 

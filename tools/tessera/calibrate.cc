@@ -5,6 +5,7 @@
 #include <ctime>
 #include <vector>
 
+#include "tessera/hal/gemm_desc.h"
 #include "tessera/hal/hal.h"
 
 namespace tessera::tools {
@@ -28,31 +29,6 @@ Result<double> median_seconds(const hal::Stream& stream, int runs,
   return seconds[seconds.size() / 2];
 }
 
-Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n) {
-  const size_t bytes = static_cast<size_t>(n * n) * sizeof(float);
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer a, device.allocate(bytes));
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer b, device.allocate(bytes));
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer c, device.allocate(bytes));
-  // Values only need to be finite: 1/64 keeps every product and sum exact and small.
-  std::vector<float> ones(static_cast<size_t>(n * n), 1.0f / 64);
-  TSR_RETURN_IF_ERROR(stream.copy(a.data(), ones.data(), bytes));
-  TSR_RETURN_IF_ERROR(stream.copy(b.data(), ones.data(), bytes));
-  TSR_RETURN_IF_ERROR(stream.synchronize());
-  tsr_gemm_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.m = desc.n = desc.k = n;
-  desc.alpha = 1.0;
-  desc.beta = 0.0;
-  desc.a = a.data();
-  desc.b = b.data();
-  desc.c = c.data();
-  desc.lda = desc.ldb = desc.ldc = n;
-  desc.dtype_ab = desc.dtype_c = TSR_DTYPE_F32;
-  const int runs = n >= 2048 ? 2 : (n >= 1024 ? 3 : 5);
-  TSR_ASSIGN_OR_RETURN(double s, median_seconds(stream, runs, [&] { return stream.gemm(desc); }));
-  return 2.0 * static_cast<double>(n) * n * n / s / 1e12;
-}
-
 Result<double> copy_gbps(const hal::Device& device, const hal::Stream& stream) {
   constexpr size_t kBytes = size_t{64} << 20;
   TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer src, device.allocate(kBytes));
@@ -74,6 +50,24 @@ std::string utc_now() {
 }
 
 }  // namespace
+
+Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n * n) * sizeof(float);
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer a, device.allocate(bytes));
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer b, device.allocate(bytes));
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer c, device.allocate(bytes));
+  // Values only need to be finite: 1/64 keeps every product and sum exact and small.
+  std::vector<float> ones(static_cast<size_t>(n * n), 1.0f / 64);
+  TSR_RETURN_IF_ERROR(stream.copy(a.data(), ones.data(), bytes));
+  TSR_RETURN_IF_ERROR(stream.copy(b.data(), ones.data(), bytes));
+  TSR_RETURN_IF_ERROR(stream.synchronize());
+  const tsr_gemm_desc desc =
+      hal::f32_gemm_desc(false, false, n, n, n, static_cast<const float*>(a.data()), n,
+                         static_cast<const float*>(b.data()), n, static_cast<float*>(c.data()), n);
+  const int runs = n >= 2048 ? 2 : (n >= 1024 ? 3 : 5);
+  TSR_ASSIGN_OR_RETURN(double s, median_seconds(stream, runs, [&] { return stream.gemm(desc); }));
+  return 2.0 * static_cast<double>(n) * n * n / s / 1e12;
+}
 
 Result<plan::Calibration> measure_calibration(const std::string& device_id) {
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());

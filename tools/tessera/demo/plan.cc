@@ -1,10 +1,10 @@
 // Probing the machine and planning the demo model: a quick GEMM calibration of the first host
 // device, the planner's search for phase 1, and replan() for phase 2 (a doubled batch).
 #include <algorithm>
-#include <chrono>
 #include <thread>
 #include <vector>
 
+#include "../calibrate.h"
 #include "demo.h"
 #include "tessera/hal/hal.h"
 #include "tessera/plan/calibration.h"
@@ -13,33 +13,6 @@
 
 namespace tessera::tools::demo {
 namespace {
-
-Result<double> gemm_gflops(const hal::Device& device, int64_t n) {
-  TSR_ASSIGN_OR_RETURN(hal::Stream stream, device.create_stream());
-  const size_t bytes = size_t(n * n) * sizeof(float);
-  std::vector<float> a(size_t(n * n), 1.0f / 64), b(a), c(a);
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.m = d.n = d.k = n;
-  d.alpha = 1.0;
-  d.a = a.data();
-  d.b = b.data();
-  d.c = c.data();
-  d.lda = d.ldb = d.ldc = n;
-  d.dtype_ab = d.dtype_c = TSR_DTYPE_F32;
-  (void)bytes;
-  TSR_RETURN_IF_ERROR(stream.gemm(d));  // warm-up
-  TSR_RETURN_IF_ERROR(stream.synchronize());
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    TSR_RETURN_IF_ERROR(stream.gemm(d));
-    TSR_RETURN_IF_ERROR(stream.synchronize());
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
-}
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -79,7 +52,9 @@ Result<Probe> probe_machine() {
   p.device = devices[0].id() + " (" + devices[0].properties().name + ")";
   p.host_devices = int(devices.size());
   p.cores = std::max(1u, std::thread::hardware_concurrency());
-  TSR_ASSIGN_OR_RETURN(p.gemm_gflops, gemm_gflops(devices[0], 256));
+  TSR_ASSIGN_OR_RETURN(hal::Stream stream, devices[0].create_stream());
+  TSR_ASSIGN_OR_RETURN(const double tflops, gemm_tflops(devices[0], stream, 256));
+  p.gemm_gflops = 1e3 * tflops;
   return p;
 }
 
