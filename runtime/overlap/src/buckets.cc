@@ -100,6 +100,19 @@ void* GradSync::Impl::adjacent_gradients(const Bucket& b) const {
   return params[size_t(ids.back())].grad;
 }
 
+std::vector<ShardPiece> GradSync::Impl::shard_pieces(const Bucket& b) const {
+  std::vector<ShardPiece> pieces;
+  const size_t lo = size_t(rank()) * b.shard;
+  const size_t hi = std::min(lo + b.shard, b.info.count);
+  for (int p : b.info.params) {
+    const Param& param = params[size_t(p)];
+    const size_t a = std::max(lo, param.offset);
+    const size_t z = std::min(hi, param.offset + param.count);
+    if (a < z) pieces.push_back({p, a - lo, a - param.offset, z - a});
+  }
+  return pieces;
+}
+
 Status GradSync::Impl::build() {
   if (built) return Status();
   const int n = world();
@@ -173,20 +186,16 @@ Status GradSync::Impl::build() {
   if (sharded) {
     for (Bucket& b : buckets) {
       const size_t size = hal::dtype_size(b.info.dtype);
-      const size_t lo = size_t(rank()) * b.shard;
-      const size_t hi = std::min(lo + b.shard, b.info.count);
-      for (int p : b.info.params) {
-        const Param& param = params[size_t(p)];
-        const size_t a = std::max(lo, param.offset);
-        const size_t z = std::min(hi, param.offset + param.count);
-        if (a >= z) continue;
+      for (const ShardPiece& piece : shard_pieces(b)) {
         ShardSegment s;
-        s.param = p;
-        s.param_offset = a - param.offset;
-        s.count = z - a;
-        s.grad = static_cast<char*>(b.reduced_shard.data()) + (a - lo) * size;
-        s.data = sharded_params() ? static_cast<char*>(b.param_shard.data()) + (a - lo) * size
-                                  : static_cast<char*>(param.data) + s.param_offset * size;
+        s.param = piece.param;
+        s.param_offset = piece.param_offset;
+        s.count = piece.count;
+        s.grad = static_cast<char*>(b.reduced_shard.data()) + piece.shard_offset * size;
+        s.data =
+            sharded_params()
+                ? static_cast<char*>(b.param_shard.data()) + piece.shard_offset * size
+                : static_cast<char*>(params[size_t(piece.param)].data) + piece.param_offset * size;
         segments.push_back(s);
         shard_elements += s.count;
       }

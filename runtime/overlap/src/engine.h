@@ -64,6 +64,15 @@ struct Bucket {
   int slot = -1;
 };
 
+// Where one parameter meets this rank's shard of a bucket: elements [param_offset, +count) of the
+// parameter are elements [shard_offset, +count) of the shard.
+struct ShardPiece {
+  int param = -1;
+  size_t shard_offset = 0;
+  size_t param_offset = 0;
+  size_t count = 0;
+};
+
 // kShardedParameters: one pooled buffer for a gathered bucket. A slot is reusable once nothing
 // holds it and no prefetch reserved it; its next all-gather waits for `free` (the compute work
 // that read it last).
@@ -138,6 +147,8 @@ struct GradSync::Impl {
   // rank (one blocking allgather), and maps the shards.
   Status build();
   void* adjacent_gradients(const Bucket& b) const;
+  // The parameters (or parts of them) in this rank's shard of `b`, in bucket order.
+  std::vector<ShardPiece> shard_pieces(const Bucket& b) const;
   // grad_sync.cc
   Status host(std::function<void()> fn);
   Status launch(int bucket);

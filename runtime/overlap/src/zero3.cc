@@ -22,16 +22,12 @@ Status GradSync::Impl::build_sharded_parameters() {
     TSR_ASSIGN_OR_RETURN(b.param_shard, device.allocate(b.shard * size));
     TSR_RETURN_IF_ERROR(comm_stream.memset(b.param_shard.data(), 0, b.shard * size));
     // This rank's slice of the initial values (the trainer's `data`, read this once).
-    const size_t lo = size_t(rank()) * b.shard;
-    const size_t hi = std::min(lo + b.shard, b.info.count);
-    for (int p : b.info.params) {
-      const Param& param = params[size_t(p)];
-      const size_t a = std::max(lo, param.offset);
-      const size_t z = std::min(hi, param.offset + param.count);
-      if (a >= z || param.data == nullptr) continue;
+    for (const ShardPiece& piece : shard_pieces(b)) {
+      const Param& param = params[size_t(piece.param)];
+      if (param.data == nullptr) continue;
       TSR_RETURN_IF_ERROR(comm_stream.copy(
-          static_cast<char*>(b.param_shard.data()) + (a - lo) * size,
-          static_cast<const char*>(param.data) + (a - param.offset) * size, (z - a) * size));
+          static_cast<char*>(b.param_shard.data()) + piece.shard_offset * size,
+          static_cast<const char*>(param.data) + piece.param_offset * size, piece.count * size));
     }
     TSR_ASSIGN_OR_RETURN(b.gathered, device.create_event(false));
   }
