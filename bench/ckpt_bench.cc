@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "support/socket_rank_group.h"
 #include "tessera/checkpoint/checkpointer.h"
 #include "tessera/checkpoint/manifest.h"
+#include "tessera/common/env.h"
 
 using namespace tessera;
 using namespace tessera::ckpt;
@@ -56,32 +59,6 @@ const char* priority_name(PersistPriority p) {
     case PersistPriority::kIdle: return "idle";
   }
   return "?";
-}
-
-// "1GiB", "64MiB", "512KiB", "1000000" (bytes); 0 on a malformed size.
-size_t parse_size(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (...) {
-    return 0;
-  }
-  const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "KiB" || unit == "K")
-    scale = 1024.0;
-  else if (unit == "MiB" || unit == "M")
-    scale = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G")
-    scale = 1024.0 * 1024 * 1024;
-  else if (unit == "MB")
-    scale = 1e6;
-  else if (unit == "GB")
-    scale = 1e9;
-  else if (!unit.empty() && unit != "B")
-    return 0;
-  return v > 0 ? static_cast<size_t>(v * scale) : 0;
 }
 
 // MemAvailable of /proc/meminfo in bytes (0 when unknown).
@@ -143,15 +120,14 @@ struct RankState {
   }
 };
 
-int zstd_level = -1;
-
+// A checkpointer in args.dir/`sub` with this rank's state registered.
 Result<std::unique_ptr<Checkpointer>> open(
-    const std::string& dir, std::shared_ptr<RankGroup> g, RankState& s, int rank, int ranks,
-    const std::function<void(CheckpointOptions&)>& tune = {}) {
+    const Args& args, const std::string& sub, std::shared_ptr<RankGroup> g, RankState& s, int rank,
+    int ranks, const std::function<void(CheckpointOptions&)>& tune = {}) {
   CheckpointOptions o;
-  o.dir = dir;
+  o.dir = args.dir + "/" + sub;
   o.keep_last = 2;
-  o.zstd_level = zstd_level;
+  o.zstd_level = args.zstd_level;
   // The default persist priority (nice), as a job runs it; the step-time phase sets its own.
   // Between saves nothing else runs, so nice costs the persist nothing; it lets the ranks still
   // taking their snapshots go first.
@@ -242,7 +218,7 @@ int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
     }
   }
   {
-    BENCH_ASSIGN(ck, open(args.dir + "/full", group, s, rank, ranks));
+    BENCH_ASSIGN(ck, open(args, "full", group, s, rank, ranks));
     // Two saves allocate and first fill the two reused snapshot buffers (a job's first saves).
     for (int64_t step = 1; step <= 2; ++step) BENCH_OK(save(*ck, step).status());
     std::vector<double> blocking_runs, persist_runs, gc_runs, dd_runs, dd_direct_runs;
@@ -274,7 +250,7 @@ int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
   }
   // 2. Step time while a rate-limited save persists.
   {
-    BENCH_ASSIGN(ck, open(args.dir + "/limited", group, s, rank, ranks, [&](CheckpointOptions& o) {
+    BENCH_ASSIGN(ck, open(args, "limited", group, s, rank, ranks, [&](CheckpointOptions& o) {
                    o.max_write_mbps = args.max_write_mbps;
                    o.persist_priority = args.priority;
                  }));
@@ -308,7 +284,7 @@ int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
   }
   // 3. Delta bytes vs full.
   {
-    BENCH_ASSIGN(ck, open(args.dir + "/delta", group, s, rank, ranks,
+    BENCH_ASSIGN(ck, open(args, "delta", group, s, rank, ranks,
                           [](CheckpointOptions& o) { o.full_every = 100; }));
     BENCH_OK(save(*ck, 1).status());
     BENCH_ASSIGN(frozen, save(*ck, 2));
@@ -322,12 +298,12 @@ int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
   }
   // 4. Restore of a restarted rank (rank 1): buddy memory vs storage.
   {
-    BENCH_ASSIGN(ck, open(args.dir + "/replica", group, s, rank, ranks,
+    BENCH_ASSIGN(ck, open(args, "replica", group, s, rank, ranks,
                           [](CheckpointOptions& o) { o.peer_replica = true; }));
     BENCH_OK(save(*ck, 1).status());
     if (rank == 1) {
       ck.reset();
-      BENCH_ASSIGN(fresh, open(args.dir + "/replica", group, s, rank, ranks,
+      BENCH_ASSIGN(fresh, open(args, "replica", group, s, rank, ranks,
                                [](CheckpointOptions& o) { o.peer_replica = true; }));
       ck = std::move(fresh);
     }
@@ -454,57 +430,49 @@ int run_rank(const Args& args, int rank, std::shared_ptr<RankGroup> group) {
 
 int main(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ckpt_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--ranks")
-      args.ranks = std::stoi(next());
-    else if (a == "--state-mb")
-      args.bytes_per_rank = std::stoul(next()) << 20;
-    else if (a == "--bytes-per-rank") {
-      const std::string v = next();
-      args.bytes_per_rank = parse_size(v);
-      if (args.bytes_per_rank < 3 * sizeof(float)) {
-        std::fprintf(stderr, "ckpt_bench: --bytes-per-rank '%s': expected e.g. 1GiB, 64MiB\n",
-                     v.c_str());
-        return 2;
-      }
-    } else if (a == "--steps-during-save") {
-      args.steps_during_save = std::max(1, std::stoi(next()));
-    } else if (a == "--persist-priority") {
-      const std::string v = next();
-      if (v == "normal")
-        args.priority = PersistPriority::kNormal;
-      else if (v == "nice")
-        args.priority = PersistPriority::kNice;
-      else if (v == "idle")
-        args.priority = PersistPriority::kIdle;
-      else {
-        std::fprintf(stderr, "ckpt_bench: --persist-priority: normal, nice or idle\n");
-        return 2;
-      }
-    } else if (a == "--dir")
-      args.dir = next();
-    else if (a == "--max-write-mbps")
-      args.max_write_mbps = std::stod(next());
-    else if (a == "--json")
-      args.json = true;
-    else if (a == "--zstd-level")
-      args.zstd_level = zstd_level = std::stoi(next());
-    else {
-      std::fprintf(stderr,
-                   "usage: ckpt_bench [--ranks N] [--bytes-per-rank SIZE (1GiB, 64MiB)] "
-                   "[--dir PATH] [--max-write-mbps MB/s per rank] [--zstd-level L] "
-                   "[--persist-priority normal|nice|idle] [--steps-during-save N] [--json]\n");
-      return 2;
-    }
+  CLI::App app{
+      "ckpt_bench: the checkpointer with N ranks as processes (socketpairs between them), each "
+      "holding --bytes-per-rank of fp32 weights and two Adam moments. Reports save_async "
+      "blocking vs memcpy, persist throughput vs dd-style writes (buffered and O_DIRECT, medians "
+      "of 5 rounds), step time while a rate-limited save persists, delta vs full bytes, and "
+      "restoring a rank from its buddy's memory vs storage. Needs about 4x the state per rank of "
+      "host memory.",
+      "ckpt_bench"};
+  app.add_option("--ranks", args.ranks, "ranks (processes)")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  std::string bytes = "256MiB";
+  app.add_option("--bytes-per-rank", bytes, "state per rank (weights + two moments), e.g. 1GiB")
+      ->capture_default_str();
+  app.add_option("--dir", args.dir, "where to write (removed before and after)")
+      ->capture_default_str();
+  app.add_option("--max-write-mbps", args.max_write_mbps,
+                 "per-rank write limit for the step-time phase (MB/s)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--zstd-level", args.zstd_level, "zstd level (-1: the checkpointer's default)")
+      ->capture_default_str();
+  const std::map<std::string, PersistPriority> priorities = {{"normal", PersistPriority::kNormal},
+                                                             {"nice", PersistPriority::kNice},
+                                                             {"idle", PersistPriority::kIdle}};
+  std::string priority = "nice";
+  app.add_option("--persist-priority", priority, "the persist thread's priority")
+      ->check(CLI::IsMember({"normal", "nice", "idle"}))
+      ->capture_default_str();
+  app.add_option("--steps-during-save", args.steps_during_save,
+                 "optimizer steps timed while the limited save persists")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--json", args.json, "print JSON (every rank's runs) instead of the table");
+  CLI11_PARSE(app, argc, argv);
+  auto parsed = tessera::env::parse_bytes(bytes);
+  if (!parsed.ok() || *parsed < 3 * sizeof(float)) {
+    std::fprintf(stderr, "ckpt_bench: --bytes-per-rank '%s': %s\n", bytes.c_str(),
+                 parsed.ok() ? "too small" : parsed.status().message().c_str());
+    return 2;
   }
+  args.bytes_per_rank = *parsed;
+  args.priority = priorities.at(priority);
   // Peak host memory: ~4x the state per rank (state, two snapshot buffers, replica or staging).
   const size_t need = 4 * args.bytes_per_rank * static_cast<size_t>(args.ranks);
   const size_t have = memory_available();

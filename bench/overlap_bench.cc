@@ -10,15 +10,17 @@
 // Times are the best of --steps steps (and of 5 standalone allreduces).
 //
 //   overlap_bench [--ranks 2] [--layers 24] [--hidden 256] [--steps 8] [--ratios 0.8,1.0]
-//                 [--codecs none,bf16,topk,powersgd]
+//                 [--codecs none,bf16,topk,powersgd]    (--help lists them)
 //
 // Gradient sizes follow a GPT layer (qkv 3h^2, proj h^2, fc1 4h^2, fc2 4h^2, biases, two layer
 // norms) with h = --hidden (1.3B GPT: h = 2048, 24 layers; the default h = 256 is 1/64 of it).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,19 @@ double median(std::vector<double> v) {
 // Neighbours on a shared machine only ever slow a step down: the best step is the estimate.
 double best(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
+
+// The best of `steps` runs of `body`, each started together on every rank (after a barrier).
+template <typename Body>
+double best_step(coll::Communicator& comm, int steps, Body body) {
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    (void)comm.barrier();
+    const auto t0 = Clock::now();
+    body();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best(times);
 }
 
 std::vector<size_t> layer_tensors(size_t h) {
@@ -90,7 +105,7 @@ int rank_main(int rank, int n, const Args& args) {
   std::vector<float> flat(total);
   const size_t per_layer = counts.size() / size_t(args.layers);
 
-  // Standalone communication: one allreduce of everything (blocking), median of a few.
+  // Standalone communication: one allreduce of everything (blocking), the best of five.
   std::vector<double> comm_times;
   for (int i = 0; i < 5; ++i) {
     std::memcpy(flat.data(), grads, total * sizeof(float));
@@ -111,33 +126,22 @@ int rank_main(int rank, int n, const Args& args) {
 
     // The backward alone, no communication: what the busy-waits really take here (each sleep
     // wakes late on a loaded host, which "step - nominal compute" would count as exposed).
-    double measured_compute = 0;
-    {
-      std::vector<double> steps;
-      for (int s = 0; s < args.steps; ++s) {
-        (void)comm->barrier();
-        const auto t0 = Clock::now();
-        for (int l = 0; l < args.layers; ++l) (void)compute.busy_wait(layer_us);
-        (void)compute.synchronize();
-        steps.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      measured_compute = best(steps);
-    }
+    // The backward alone, no communication: what the busy-waits really take here (each sleep
+    // wakes late on a loaded host, which "step - nominal compute" would count as exposed).
+    const auto backward = [&] {
+      for (int l = 0; l < args.layers; ++l) (void)compute.busy_wait(layer_us);
+      (void)compute.synchronize();
+    };
+    const double measured_compute = best_step(*comm, args.steps, backward);
 
     // No overlap: the whole backward, then one allreduce.
     {
       Result r{"no overlap"};
-      std::vector<double> steps;
-      for (int s = 0; s < args.steps; ++s) {
-        (void)comm->barrier();
-        const auto t0 = Clock::now();
-        for (int l = 0; l < args.layers; ++l) (void)compute.busy_wait(layer_us);
-        (void)compute.synchronize();
+      r.step_s = best_step(*comm, args.steps, [&] {
+        backward();
         std::memcpy(flat.data(), grads, total * sizeof(float));
         (void)comm->allreduce(flat.data(), flat.data(), total, DType::kF32, hal::ReduceOp::kAvg);
-        steps.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      r.step_s = best(steps);
+      });
       r.exposed_s = r.step_s - double(layer_us) * args.layers * 1e-6;
       r.payload = r.wire = total * sizeof(float);
       results.push_back(r);
@@ -227,56 +231,46 @@ int rank_main(int rank, int n, const Args& args) {
 }  // namespace tessera::overlap
 
 int main(int argc, char** argv) {
+  using tessera::overlap::CodecKind;
   tessera::overlap::Args args;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--ranks") {
-      args.ranks = std::atoi(value.c_str());
-    } else if (key == "--layers") {
-      args.layers = std::atoi(value.c_str());
-    } else if (key == "--hidden") {
-      args.hidden = size_t(std::atol(value.c_str()));
-    } else if (key == "--steps") {
-      args.steps = std::atoi(value.c_str());
-    } else if (key == "--ratios") {
-      args.ratios.clear();
-      for (size_t at = 0; at < value.size();) {
-        size_t comma = value.find(',', at);
-        if (comma == std::string::npos) comma = value.size();
-        args.ratios.push_back(std::atof(value.substr(at, comma - at).c_str()));
-        at = comma + 1;
-      }
-    } else if (key == "--codecs") {
-      args.codecs.clear();
-      for (size_t at = 0; at < value.size();) {
-        size_t comma = value.find(',', at);
-        if (comma == std::string::npos) comma = value.size();
-        const std::string name = value.substr(at, comma - at);
-        bool known = false;
-        for (auto kind :
-             {tessera::overlap::CodecKind::kNone, tessera::overlap::CodecKind::kBf16,
-              tessera::overlap::CodecKind::kTopK, tessera::overlap::CodecKind::kPowerSgd}) {
-          if (tessera::overlap::codec_name(kind) == name) {
-            args.codecs.push_back(kind);
-            known = true;
-          }
-        }
-        if (!known) {
-          std::fprintf(stderr, "unknown codec %s (none, bf16, topk, powersgd)\n", name.c_str());
-          return 2;
-        }
-        at = comma + 1;
-      }
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
-      return 2;
-    }
+  CLI::App app{
+      "overlap_bench: data-parallel training of a scaled GPT layer stack on forked ranks; each "
+      "layer's backward is the HAL busy-wait kernel (a model of accelerator compute), the "
+      "gradients are real buffers reduced through the collectives. For each communication/compute "
+      "ratio: step time without overlap, with the overlap engine, and with each codec (best of "
+      "--steps steps).",
+      "overlap_bench"};
+  app.add_option("--ranks", args.ranks, "ranks (processes)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--layers", args.layers, "GPT layers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--hidden", args.hidden, "hidden size h (1.3B GPT: 2048)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", args.steps, "timed steps per variant")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--ratios", args.ratios, "standalone communication / compute ratios")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->default_str("0.8,1.0");
+  std::map<std::string, CodecKind> codecs;
+  std::vector<std::string> codec_names;
+  for (CodecKind kind :
+       {CodecKind::kNone, CodecKind::kBf16, CodecKind::kTopK, CodecKind::kPowerSgd}) {
+    codec_names.emplace_back(tessera::overlap::codec_name(kind));
+    codecs[codec_names.back()] = kind;
   }
-  if (args.ranks < 1 || args.layers < 1 || args.hidden < 1 || args.steps < 1 ||
-      args.ratios.empty() || args.codecs.empty()) {
-    std::fprintf(stderr, "bad arguments\n");
-    return 2;
-  }
+  std::vector<std::string> chosen = codec_names;
+  app.add_option("--codecs", chosen, "codecs the engine runs with")
+      ->delimiter(',')
+      ->check(CLI::IsMember(codec_names))
+      ->default_str("none,bf16,topk,powersgd");
+  CLI11_PARSE(app, argc, argv);
+  args.codecs.clear();
+  for (const auto& name : chosen) args.codecs.push_back(codecs.at(name));
   // The backends of this build tree, unless the caller points elsewhere.
   setenv("TESSERA_BACKEND_PATH", TESSERA_BUILD_BACKEND_DIR, /*overwrite=*/0);
   std::printf(
