@@ -222,6 +222,12 @@ TEST_F(CkptReshardTest, BadInputIsRefusedNamingTheFileOrField) {
   EXPECT_NE(field.err.find("no_dp.json': plans[0]: missing field 'dp'"), std::string::npos)
       << field.err;
 
+  const std::string ep3 = plan("ep3.json", R"({"tp": 1, "pp": 1, "dp": 4, "ep": 3, "zero": 1})");
+  auto ep = ckpt("reshard " + src_.path() + " --to " + ep3 + " --out " + (work_ / "o"));
+  EXPECT_EQ(ep.code, 2);
+  EXPECT_NE(ep.err.find("ep3.json': field 'ep' (3) must divide 'dp' (4)"), std::string::npos)
+      << ep.err;
+
   const std::string tp3 = plan("tp3.json", R"({"tp": 3, "pp": 1, "dp": 1, "zero": 0})");
   auto divide = ckpt("reshard " + src_.path() + " --to " + tp3 + " --out " + (work_ / "o"));
   EXPECT_EQ(divide.code, 2);

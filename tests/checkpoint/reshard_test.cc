@@ -109,8 +109,89 @@ TEST(LayoutJson, ReadsTesseraPlanOutputAndNamesAMissingField) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("p.json: missing field 'dp'"), std::string::npos)
       << missing.status().message();
-  auto cp = parse_layout_json(R"({"tp": 1, "pp": 1, "dp": 1, "zero": 0, "cp": 2})", "p.json");
-  EXPECT_FALSE(cp.ok());
+  auto moe = parse_layout_json(
+      R"({"tp": 1, "pp": 1, "dp": 4, "cp": 2, "ep": 2, "zero": 1,
+          "tensors": {"experts": {"expert_dim": 0, "zero_dim": 1}}})",
+      "p.json", 0, &placements);
+  ASSERT_TRUE(moe.ok()) << moe.status().to_string();
+  EXPECT_EQ(moe->text(), "tp=1 pp=1 dp=4 zero=1 cp=2 ep=2");
+  EXPECT_EQ(moe->size(), 8);
+  EXPECT_EQ(placements["experts"].expert_dim, 0);
+  auto ep = parse_layout_json(R"({"tp": 1, "pp": 1, "dp": 4, "zero": 0, "ep": 3})", "p.json");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("p.json: field 'ep' (3) must divide 'dp' (4)"),
+            std::string::npos)
+      << ep.status().message();
+}
+
+// tp=2 cp=2 dp=2 ep=2: rank = tp + 2 * (cp + 2 * dp), ep index = dp % 2.
+TEST(LayoutSlice, ContextAndExpertParallelFollowThePlannersGroups) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.cp = 2;
+  l.dp = 2;
+  l.ep = 2;
+  l.zero = 1;
+  ASSERT_EQ(l.size(), 8);
+  const Placement dense_zero{0, 1, 1, -1};   // tp rows, ZeRO over dp x cp on columns
+  const Placement dense{0, -1, 1, -1};       // tp rows; cp and dp ranks hold replicas
+  const Placement experts{-1, 1, 1, -1, 0};  // experts by ep, ZeRO over dp/ep x cp
+  for (int rank = 0; rank < 8; ++rank) {
+    const int tp = rank % 2, cp = (rank / 2) % 2, dp = rank / 4;
+    bool replicated = true;
+    auto a = layout_slice("a", {8, 4}, dense_zero, l, rank, &replicated).value();
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(*a, (Slice{{4 * tp, cp + 2 * dp}, {4, 1}})) << "rank " << rank;
+    EXPECT_FALSE(replicated) << "rank " << rank;
+    auto b = layout_slice("b", {8, 4}, dense, l, rank, &replicated).value();
+    EXPECT_EQ(*b, (Slice{{4 * tp, 0}, {4, 4}})) << "rank " << rank;
+    EXPECT_TRUE(replicated) << "rank " << rank;
+    auto e = layout_slice("e", {4, 6}, experts, l, rank, &replicated).value();
+    EXPECT_EQ(*e, (Slice{{2 * dp, 3 * cp}, {2, 3}})) << "rank " << rank;
+    EXPECT_TRUE(replicated) << "rank " << rank << ": the two tp ranks hold the same experts";
+  }
+  auto bad = layout_slice("e", {3, 6}, experts, l, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tensor 'e': ep=2 does not divide dim 0"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+// Under any layout every element of a tensor is held by the same number of ranks, and a slice is
+// called replicated exactly when that number is above one.
+TEST(LayoutSlice, EveryElementIsHeldEquallyOftenUnderEveryLayout) {
+  const std::vector<int64_t> shape = {16, 24};
+  const std::vector<Placement> placements = {
+      {0, 1, 1, -1}, {1, -1, 1, -1}, {-1, 1, 1, -1, 0}, {1, 0, 1, -1, 0}, {-1, -1, 1, -1}};
+  for (int tp : {1, 2}) {
+    for (int cp : {1, 2}) {
+      for (int dp : {1, 2, 4}) {
+        for (int ep : {1, 2, 4}) {
+          if (dp % ep != 0) continue;
+          ParallelLayout l;
+          l.tp = tp, l.cp = cp, l.dp = dp, l.ep = ep, l.zero = 1;
+          for (const Placement& p : placements) {
+            std::vector<int> held(size_t(shape[0] * shape[1]), 0);
+            std::vector<bool> said(size_t(l.size()));
+            for (int rank = 0; rank < l.size(); ++rank) {
+              bool replicated = false;
+              auto s = layout_slice("t", shape, p, l, rank, &replicated);
+              ASSERT_TRUE(s.ok()) << l.text() << ": " << s.status().to_string();
+              said[size_t(rank)] = replicated;
+              for (int64_t i = 0; i < (**s).len[0]; ++i) {
+                for (int64_t j = 0; j < (**s).len[1]; ++j) {
+                  ++held[size_t(((**s).offset[0] + i) * shape[1] + (**s).offset[1] + j)];
+                }
+              }
+            }
+            const int copies = held[0];
+            for (int h : held) ASSERT_EQ(h, copies) << l.text() << " expert_dim " << p.expert_dim;
+            for (bool r : said) EXPECT_EQ(r, copies > 1) << l.text() << " tp_dim " << p.tp_dim;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Rebind, RefusesAGroupOfAnotherRankOrSize) {
@@ -278,6 +359,59 @@ TEST(OfflineReshard, WritesACommittedCheckpointLaidOutForTheNewLayout) {
   // The same step again is refused; nothing else changes.
   auto again = reshard_checkpoint(src.path(), dst.path(), o);
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status().to_string();
+}
+
+// A mixture-of-experts layout and back: saved under (tp=2, dp=2), rewritten for 4 ranks as
+// tp=1 cp=2 dp=2 ep=2 with w1 treated as 64 experts (split by ep, its ZeRO shards over
+// dp/ep x cp), then back to (tp=2, dp=2) with w1's own placement, and loaded there bitwise.
+TEST(OfflineReshard, ContextAndExpertParallelLayoutAndBackIsBitwise) {
+  ScratchDir src("moe_src"), mid("moe_mid"), back("moe_back");
+  auto saved = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
+    auto ck = Checkpointer::create(options_for(src.path()), group);
+    RANK_OK(ck);
+    ModelState state;
+    RANK_OK(state.register_in((*ck)->registry(), Layout{2, 2}, rank, 10));
+    RANK_OK((*ck)->save_async(10));
+    RANK_OK((*ck)->wait()->status);
+    return 0;
+  });
+  expect_all_exited_zero(saved);
+  ReshardOptions o;
+  o.to.cp = 2;
+  o.to.dp = 2;
+  o.to.ep = 2;
+  o.to.zero = 1;
+  o.fsync = false;
+  o.placements["w1"] = Placement{-1, 1, 1, -1, 0};
+  auto r = reshard_checkpoint(src.path(), mid.path(), o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->world_size, 4);
+  Manifest m = read_manifest(mid.path(), 10).value();
+  EXPECT_EQ(m.layout, "tp=1 pp=1 dp=2 zero=1 cp=2 ep=2");
+  EXPECT_EQ(m.find_tensor("w1")->placement->expert_dim, 0);
+  // w1: 2 expert halves x 2 ZeRO shards; adam_m: 4 ZeRO shards over dp x cp; w2: whole.
+  EXPECT_EQ(m.find_tensor("w1")->shards.size(), 4u);
+  EXPECT_EQ(m.find_tensor("adam_m")->shards.size(), 4u);
+  EXPECT_EQ(m.find_tensor("w2")->shards.size(), 1u);
+  EXPECT_TRUE(verify_checkpoint(mid.path(), m).ok());
+
+  ReshardOptions home;
+  home.to = plan_of(Layout{2, 2});
+  home.fsync = false;
+  home.placements["w1"] = *testing::model_placement(testing::model_tensors()[0]);
+  auto r2 = reshard_checkpoint(mid.path(), back.path(), home);
+  ASSERT_TRUE(r2.ok()) << r2.status().to_string();
+  auto loaded = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
+    auto ck = Checkpointer::create(options_for(back.path()), group);
+    RANK_OK(ck);
+    ModelState state;
+    RANK_OK(state.register_in((*ck)->registry(), Layout{2, 2}, rank, -1));
+    RANK_OK((*ck)->load());
+    const std::string diff = state.check(Layout{2, 2}, rank, 10, rank);
+    RANK_CHECK(diff.empty(), diff);
+    return 0;
+  });
+  expect_all_exited_zero(loaded);
 }
 
 }  // namespace

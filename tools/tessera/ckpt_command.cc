@@ -445,12 +445,13 @@ void add_ckpt_command(CLI::App& app) {
                           "tessera ckpt reshard SRC[/step-N] --to PLAN.json --out DST");
   reshard->footer(
       "PLAN.json: the output of `tessera plan --json` (plans[--plan-index], default the best) or "
-      "one plan object {\"tp\", \"pp\", \"dp\", \"zero\"[, \"stage_layers\"]}. Optional "
-      "\"tensors\": {\"NAME\": {\"tp_dim\", \"zero_dim\", \"zero_stage\", \"layer\"}} override "
-      "the placements the checkpoint recorded. Rank = (pp_i*dp + dp_i)*tp + tp_i; a tensor is "
-      "split "
-      "along tp_dim by tp, then along zero_dim by dp when zero >= zero_stage; with pp > 1 only the "
-      "stage holding its layer has it; without a placement every rank holds it whole. "
+      "one plan object {\"tp\", \"pp\", \"dp\", \"zero\"[, \"cp\", \"ep\", \"stage_layers\"]}. "
+      "Optional \"tensors\": {\"NAME\": {\"tp_dim\", \"zero_dim\", \"zero_stage\", \"layer\", "
+      "\"expert_dim\"}} override the placements the checkpoint recorded. Rank = tp_i + tp*(cp_i + "
+      "cp*(dp_i + dp*pp_i)), ep_i = dp_i % ep; a tensor is split along tp_dim by tp, along "
+      "expert_dim by ep, then along zero_dim over the ranks reducing its gradients (dp x cp, or "
+      "dp/ep x cp for experts) when zero >= zero_stage; with pp > 1 only the stage holding its "
+      "layer has it; without a placement every rank holds it whole. "
       "See docs/CHECKPOINT.md. Exit 1: the source fails verification; 2: bad arguments.");
   reshard->add_option("src", rs->src, "DIR (the step `latest` names) or DIR/step-N")->required();
   reshard->add_option("--to", rs->plan, "Layout file (PLAN.json)")->required();

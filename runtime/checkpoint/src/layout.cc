@@ -33,6 +33,7 @@ Status parse_placements(const Json& tensors, const std::string& where,
     TSR_RETURN_IF_ERROR(field_int(p, "zero_dim", w, -1, &pl.zero_dim, false));
     TSR_RETURN_IF_ERROR(field_int(p, "zero_stage", w, 1, &pl.zero_stage, false));
     TSR_RETURN_IF_ERROR(field_int(p, "layer", w, -1, &pl.layer, false));
+    TSR_RETURN_IF_ERROR(field_int(p, "expert_dim", w, -1, &pl.expert_dim, false));
     if (pl.zero_stage > 3) return invalid_argument(w + ": zero_stage must be 1..3");
     if (out) (*out)[name] = pl;
   }
@@ -43,7 +44,8 @@ Status parse_placements(const Json& tensors, const std::string& where,
 
 std::string ParallelLayout::text() const {
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
-         " zero=" + std::to_string(zero) + (vp > 1 ? " vp=" + std::to_string(vp) : "");
+         " zero=" + std::to_string(zero) + (cp > 1 ? " cp=" + std::to_string(cp) : "") +
+         (ep > 1 ? " ep=" + std::to_string(ep) : "") + (vp > 1 ? " vp=" + std::to_string(vp) : "");
 }
 
 Result<ParallelLayout> parse_layout_json(std::string_view text, std::string_view where,
@@ -75,13 +77,11 @@ Result<ParallelLayout> parse_layout_json(std::string_view text, std::string_view
   TSR_RETURN_IF_ERROR(field_int(*plan, "zero", w, 0, &l.zero, true));
   if (l.zero > 3) return invalid_argument(w + ": field 'zero' must be 0..3");
   TSR_RETURN_IF_ERROR(field_int(*plan, "vp", w, 1, &l.vp, false));
-  for (const char* other : {"cp", "ep"}) {
-    int v = 1;
-    TSR_RETURN_IF_ERROR(field_int(*plan, other, w, 1, &v, false));
-    if (v != 1) {
-      return unimplemented(w + ": " + other + "=" + std::to_string(v) +
-                           ": checkpoint resharding handles tp, pp, dp and ZeRO only");
-    }
+  TSR_RETURN_IF_ERROR(field_int(*plan, "cp", w, 1, &l.cp, false));
+  TSR_RETURN_IF_ERROR(field_int(*plan, "ep", w, 1, &l.ep, false));
+  if (l.dp % l.ep != 0) {
+    return invalid_argument(w + ": field 'ep' (" + std::to_string(l.ep) + ") must divide 'dp' (" +
+                            std::to_string(l.dp) + ")");
   }
   if (plan->contains("stage_layers")) {
     const Json& s = (*plan)["stage_layers"];
@@ -114,23 +114,28 @@ Result<std::optional<Slice>> layout_slice(const std::string& name,
   if (rank < 0 || rank >= layout.size()) {
     return invalid_argument("rank " + std::to_string(rank) + " is outside " + layout.text());
   }
+  if (layout.tp < 1 || layout.cp < 1 || layout.dp < 1 || layout.pp < 1 || layout.ep < 1 ||
+      layout.dp % layout.ep != 0) {
+    return invalid_argument("layout " + layout.text() +
+                            ": degrees must be >= 1 and ep must divide dp");
+  }
   const int tp_index = rank % layout.tp;
-  const int dp_index = (rank / layout.tp) % layout.dp;
-  const int pp_index = rank / (layout.tp * layout.dp);
+  const int cp_index = (rank / layout.tp) % layout.cp;
+  const int dp_index = (rank / (layout.tp * layout.cp)) % layout.dp;
+  const int pp_index = rank / (layout.tp * layout.cp * layout.dp);
   Slice s = full_slice(shape);
-  bool copies = layout.size() > 1;
   if (!placement) {
-    if (replicated) *replicated = copies;
+    if (replicated) *replicated = layout.size() > 1;
     return std::optional<Slice>(s);
   }
   const Placement& p = *placement;
   const int nd = static_cast<int>(shape.size());
-  if (p.tp_dim >= nd || p.zero_dim >= nd) {
+  if (p.tp_dim >= nd || p.zero_dim >= nd || p.expert_dim >= nd) {
     return invalid_argument("tensor '" + name + "': placement names dim " +
-                            std::to_string(std::max(p.tp_dim, p.zero_dim)) + " of a " +
-                            std::to_string(nd) + "-dim tensor");
+                            std::to_string(std::max({p.tp_dim, p.zero_dim, p.expert_dim})) +
+                            " of a " + std::to_string(nd) + "-dim tensor");
   }
-  bool split_pp = false, split_tp = false, split_dp = false;
+  bool split_pp = false, split_tp = false, split_ep = false, split_zero = false;
   if (layout.pp > 1 && p.layer >= 0) {
     if (layout.stage_layers.empty()) {
       return invalid_argument("tensor '" + name + "' belongs to layer " + std::to_string(p.layer) +
@@ -163,12 +168,14 @@ Result<std::optional<Slice>> layout_slice(const std::string& name,
     if (stage != pp_index) return std::optional<Slice>();
     split_pp = true;
   }
-  auto split = [&](int dim, int parts, int index, const char* degree) -> Status {
+  // Splits the current slice `s` along `dim` into `parts`, keeping part `index`.
+  auto split = [&](int dim, int parts, int index, const std::string& degree) -> Status {
     if (parts == 1) return Status();
-    if (shape[dim] % parts != 0) {
+    if (s.len[dim] % parts != 0) {
       return invalid_argument("tensor '" + name + "': " + degree + "=" + std::to_string(parts) +
                               " does not divide dim " + std::to_string(dim) + " (extent " +
-                              std::to_string(shape[dim]) + ")");
+                              std::to_string(s.len[dim]) +
+                              (s.len[dim] != shape[dim] ? " on this rank)" : ")"));
     }
     TSR_ASSIGN_OR_RETURN(s, split_slice(shape, s, dim, parts, index));
     return Status();
@@ -177,18 +184,29 @@ Result<std::optional<Slice>> layout_slice(const std::string& name,
     TSR_RETURN_IF_ERROR(split(p.tp_dim, layout.tp, tp_index, "tp"));
     split_tp = true;
   }
+  const bool expert = p.expert_dim >= 0;
+  if (expert) {
+    TSR_RETURN_IF_ERROR(split(p.expert_dim, layout.ep, dp_index % layout.ep, "ep"));
+    split_ep = true;
+  }
+  // The ranks that reduce this tensor's gradients: dp x cp, or for experts dp / ep x cp.
+  const int zero_group = (expert ? layout.dp / layout.ep : layout.dp) * layout.cp;
+  const int zero_index = cp_index + layout.cp * (expert ? dp_index / layout.ep : dp_index);
   if (p.zero_dim >= 0 && layout.zero >= p.zero_stage) {
-    if (s.len[p.zero_dim] % layout.dp != 0) {
-      return invalid_argument("tensor '" + name + "': dp=" + std::to_string(layout.dp) +
-                              " does not divide dim " + std::to_string(p.zero_dim) + " (extent " +
-                              std::to_string(s.len[p.zero_dim]) + " on this rank)");
-    }
-    TSR_ASSIGN_OR_RETURN(s, split_slice(shape, s, p.zero_dim, layout.dp, dp_index));
-    split_dp = true;
+    const std::string degree = layout.cp > 1 || expert
+                                   ? "ZeRO group (" + std::string(expert ? "dp/ep" : "dp") +
+                                         (layout.cp > 1 ? " x cp" : "") + ")"
+                                   : "dp";
+    TSR_RETURN_IF_ERROR(split(p.zero_dim, zero_group, zero_index, degree));
+    split_zero = true;
   }
   if (replicated) {
-    *replicated = (!split_tp && layout.tp > 1) || (!split_dp && layout.dp > 1) ||
-                  (!split_pp && layout.pp > 1);
+    // Ranks holding this same slice: every rank of its stage, less each split's parts.
+    int64_t copies = split_pp ? int64_t(layout.size()) / layout.pp : layout.size();
+    if (split_tp) copies /= layout.tp;
+    if (split_ep) copies /= layout.ep;
+    if (split_zero) copies /= zero_group;
+    *replicated = copies > 1;
   }
   return std::optional<Slice>(s);
 }

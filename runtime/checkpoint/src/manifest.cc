@@ -102,6 +102,7 @@ Json body_json(const Manifest& m) {
                          {"zero_dim", t.placement->zero_dim},
                          {"zero_stage", t.placement->zero_stage},
                          {"layer", t.placement->layer}};
+      if (t.placement->expert_dim >= 0) tj["placement"]["expert_dim"] = t.placement->expert_dim;
     }
     j["tensors"].push_back(std::move(tj));
   }
@@ -214,7 +215,8 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view where) {
       if (t.contains("placement")) {
         const Json& p = t.at("placement");
         r.placement = Placement{p.at("tp_dim").get<int>(), p.at("zero_dim").get<int>(),
-                                p.at("zero_stage").get<int>(), p.at("layer").get<int>()};
+                                p.at("zero_stage").get<int>(), p.at("layer").get<int>(),
+                                p.value("expert_dim", -1)};
       }
       m.tensors.push_back(std::move(r));
     }

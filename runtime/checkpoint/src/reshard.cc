@@ -80,8 +80,9 @@ struct Writer {
 Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std::string& dst_root,
                                          const ReshardOptions& options) {
   const ParallelLayout& to = options.to;
-  if (to.tp < 1 || to.pp < 1 || to.dp < 1) {
-    return invalid_argument("reshard: tp, pp and dp must be >= 1 (" + to.text() + ")");
+  if (to.tp < 1 || to.pp < 1 || to.dp < 1 || to.cp < 1 || to.ep < 1 || to.dp % to.ep != 0) {
+    return invalid_argument("reshard: tp, cp, dp, pp and ep must be >= 1 and ep must divide dp (" +
+                            to.text() + ")");
   }
   TSR_ASSIGN_OR_RETURN(const int64_t step, committed_step(src_root, options.step));
   TSR_ASSIGN_OR_RETURN(Manifest src, read_manifest(src_root, step));

@@ -46,11 +46,13 @@ enum class Memory { kHost, kDevice };
 // resharding (`tessera ckpt reshard`) applies to give each rank of another layout its slice.
 // Recorded in the manifest. A tensor without a placement is held whole by every rank.
 struct Placement {
-  int tp_dim = -1;     // split evenly along this dim over the tp ranks; -1: not split by tp
-  int zero_dim = -1;   // then split along this dim over the dp ranks when the plan's zero stage
-  int zero_stage = 1;  //   is >= zero_stage (1: optimizer state, 2: gradients, 3: parameters)
-  int layer = -1;      // the block it belongs to: with pp > 1 only the stage holding that block
-                       // has it (the plan's stage_layers); -1: every pipeline stage has it
+  int tp_dim = -1;      // split evenly along this dim over the tp ranks; -1: not split by tp
+  int zero_dim = -1;    // then split along this dim over the dp ranks when the plan's zero stage
+  int zero_stage = 1;   //   is >= zero_stage (1: optimizer state, 2: gradients, 3: parameters)
+  int layer = -1;       // the block it belongs to: with pp > 1 only the stage holding that block
+                        // has it (the plan's stage_layers); -1: every pipeline stage has it
+  int expert_dim = -1;  // an expert tensor: its experts along this dim are split over the ep
+                        // ranks (and its ZeRO shards over the expert-data-parallel group)
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
