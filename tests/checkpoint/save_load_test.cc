@@ -104,6 +104,25 @@ TEST(SaveLoad, RoundTripsTensorsAndBlobsBitwise) {
   EXPECT_EQ(loaded.check(Layout{1, 1}, 0, 5, 0), "");
 }
 
+// Every field of a placement reaches the manifest (the ranks send them to rank 0 as a list).
+TEST(SaveLoad, TheManifestRecordsEveryPlacementField) {
+  ScratchDir dir("placement");
+  auto ck = make(small_options(dir.path()));
+  std::vector<float> experts(8 * 6, 1.0f);
+  ASSERT_TRUE(
+      ck->registry()
+          .add_host_tensor("experts", hal::DType::kF32, {8, 6}, full_slice({8, 6}), experts.data())
+          .ok());
+  const Placement placement{1, 0, 2, 3, 0};
+  ASSERT_TRUE(ck->registry().set_placement("experts", placement).ok());
+  ASSERT_TRUE(ck->save_async(1).ok());
+  auto result = ck->wait();
+  ASSERT_TRUE(result.ok() && result->status.ok());
+  const Manifest m = read_manifest(dir.path(), 1).value();
+  ASSERT_TRUE(m.find_tensor("experts")->placement.has_value());
+  EXPECT_EQ(*m.find_tensor("experts")->placement, placement);
+}
+
 TEST(SaveLoad, SnapshotsDeviceTensorsThroughTheHalIntoPinnedMemory) {
   hal::PlatformOptions popts;
   popts.registry.selection = "host";

@@ -40,7 +40,8 @@ std::string metadata_message(const StateRegistry& reg, int64_t step, bool want_d
                             {"replicated", t.replicated}});
     if (t.placement) {
       j["tensors"].back()["placement"] = {t.placement->tp_dim, t.placement->zero_dim,
-                                          t.placement->zero_stage, t.placement->layer};
+                                          t.placement->zero_stage, t.placement->layer,
+                                          t.placement->expert_dim};
     }
   }
   j["blobs"] = Json::array();
@@ -100,7 +101,8 @@ Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int6
       }
       if (t.contains("placement") && !a.tensors[index.at(name)].placement) {
         const auto p = t["placement"].get<std::vector<int>>();
-        a.tensors[index.at(name)].placement = Placement{p.at(0), p.at(1), p.at(2), p.at(3)};
+        a.tensors[index.at(name)].placement =
+            Placement{p.at(0), p.at(1), p.at(2), p.at(3), p.at(4)};
       }
       bool writes = true;
       if (t["replicated"].get<bool>()) writes = written.insert(shard_key(name, slice)).second;
