@@ -2,7 +2,7 @@
 # target; the layer builds without them and reports at run time what it skipped.
 # TESSERA_WITH_HWLOC / TESSERA_WITH_UCX=OFF build as if they were missing (a vendor box).
 option(TESSERA_WITH_HWLOC "Use hwloc in the topology layer when found" ON)
-option(TESSERA_WITH_UCX "Use UCX in the topology layer when found" ON)
+option(TESSERA_WITH_UCX "Use UCX (topology queries, the UCX transport) when found" ON)
 find_package(PkgConfig QUIET)
 
 set(TESSERA_HAVE_HWLOC OFF)
