@@ -5,9 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -124,34 +129,104 @@ TEST(LaunchCli, RanksBootstrapThroughTheStoreTheLauncherHosts) {
   }
 }
 
-TEST(LaunchCli, ForwardsSigtermToEveryRank) {
+// Starts `tessera launch -n N -- sh -c SCRIPT` with its stdout on a pipe; returns the launcher's
+// pid and the read end.
+pid_t start_launcher(int n, const std::string& script, int* read_end) {
   int out[2];
-  ASSERT_EQ(pipe(out), 0);
+  if (pipe(out) != 0) return -1;
   const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);
-    execl(TESSERA_BIN, TESSERA_BIN, "launch", "-n", "3", "--", "sh", "-c",
-          "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+    const std::string ranks = std::to_string(n);
+    execl(TESSERA_BIN, TESSERA_BIN, "launch", "-n", ranks.c_str(), "--", "sh", "-c", script.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
-  std::string text;
+  *read_end = out[0];
+  return pid;
+}
+
+// Reads from `fd` until `word` appeared `times` times or the pipe closed.
+void read_until(int fd, const std::string& word, int times, std::string* text) {
   char buf[4096];
   ssize_t n;
-  while (count(text, "ready") < 3 && (n = read(out[0], buf, sizeof buf)) > 0) text.append(buf, n);
+  while (count(*text, word) < times && (n = read(fd, buf, sizeof buf)) > 0) text->append(buf, n);
+}
+
+void read_all(int fd, std::string* text) {
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text->append(buf, n);
+}
+
+class LaunchForwards : public ::testing::TestWithParam<int> {};
+
+TEST_P(LaunchForwards, TheSignalToEveryRankAndExits128PlusIt) {
+  const int signo = GetParam();
+  const std::string name = sigabbrev_np(signo);
+  int out = -1;
+  const pid_t pid = start_launcher(
+      3,
+      "trap 'echo got " + name + "; exit 0' " + name + "; echo ready; while :; do sleep 0.1; done",
+      &out);
+  ASSERT_GT(pid, 0);
+  std::string text;
+  read_until(out, "ready", 3, &text);
   ASSERT_EQ(count(text, "ready"), 3) << text;
-  kill(pid, SIGTERM);
-  while ((n = read(out[0], buf, sizeof buf)) > 0) text.append(buf, n);
-  close(out[0]);
+  kill(pid, signo);
+  read_all(out, &text);
+  close(out);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
-  EXPECT_EQ(count(text, "got TERM"), 3) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + signo);
+  EXPECT_EQ(count(text, "got " + name), 3) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, LaunchForwards,
+                         ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT),
+                         [](const ::testing::TestParamInfo<int>& signal) {
+                           return std::string("SIG") + sigabbrev_np(signal.param);
+                         });
+
+// A process that has exited: gone, or a zombie nobody has reaped yet.
+bool exited(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+TEST(LaunchCli, RanksDieWithALauncherKilledBySigkill) {
+  int out = -1;
+  const pid_t pid = start_launcher(2, "echo pid $$; while :; do sleep 0.1; done", &out);
+  ASSERT_GT(pid, 0);
+  std::string text;
+  read_until(out, "pid ", 2, &text);
+  std::vector<pid_t> ranks;
+  for (size_t at = text.find("pid "); at != std::string::npos; at = text.find("pid ", at + 1)) {
+    ranks.push_back(static_cast<pid_t>(std::atoi(text.c_str() + at + 4)));
+  }
+  ASSERT_EQ(ranks.size(), 2u) << text;
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  close(out);
+  // Bounded, not timed: the ranks get SIGKILL as the launcher dies; allow a slow machine 30 s.
+  for (pid_t rank : ranks) {
+    bool gone = false;
+    for (int i = 0; i < 300 && !gone; ++i) {
+      gone = exited(rank);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(gone) << "rank pid " << rank << " outlived its launcher";
+    if (!gone) kill(rank, SIGKILL);
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int g_signal_pipe = -1;  // write end; the handler only writes one byte to it
+
+// Signals the launcher forwards to every rank (as torchrun does for TERM, INT, HUP and QUIT).
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// Puts every signal the launcher handles back to its default (in a child before execve, and when
+// the job is over).
+void restore_default_handlers() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : kForwarded) sigaction(s, &dfl, nullptr);
+  for (int s : {SIGCHLD, SIGPIPE}) sigaction(s, &dfl, nullptr);
+}
 
 void on_signal(int signo) {
   const int saved = errno;
@@ -107,9 +120,7 @@ Job::~Job() {
   if (signal_read_ >= 0) ::close(signal_read_);
   if (g_signal_pipe >= 0) ::close(g_signal_pipe);
   g_signal_pipe = -1;
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaction(s, &dfl, nullptr);
+  restore_default_handlers();
 }
 
 int Job::running_count() const {
@@ -170,6 +181,7 @@ Status Job::spawn(int rank) {
       bind = true;
     }
   }
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int saved = errno;
@@ -181,6 +193,10 @@ Status Job::spawn(int rank) {
   if (pid == 0) {
     // The child: only async-signal-safe calls until execve (the store thread is running).
     ::setpgid(0, 0);
+    // A launcher that dies (even by SIGKILL) takes its ranks with it instead of leaving them
+    // running without their store; if it died before prctl took effect, go now.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(1);
     if (bind) sched_setaffinity(0, sizeof mine, &mine);
     if (o_.tag_output) {
       ::dup2(out[1], 1);
@@ -188,9 +204,7 @@ Status Job::spawn(int rank) {
     }
     const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull >= 0) ::dup2(devnull, 0);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaction(s, &dfl, nullptr);
+    restore_default_handlers();
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -346,7 +360,8 @@ int Job::run() {
   sa.sa_handler = on_signal;
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaction(s, &sa, nullptr);
+  for (int s : kForwarded) sigaction(s, &sa, nullptr);
+  sigaction(SIGCHLD, &sa, nullptr);
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ign, nullptr);

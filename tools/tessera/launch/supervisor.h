@@ -1,7 +1,8 @@
 // Runs a `tessera launch` job: hosts the TCP store, starts the ranks in their own process
-// groups, relays their output with a "[rank R] " prefix, forwards SIGINT/SIGTERM, and stops the
-// whole job when one rank fails. Not thread-safe; call once per process (it installs signal
-// handlers for SIGINT, SIGTERM and SIGCHLD and ignores SIGPIPE while it runs).
+// groups, relays their output with a "[rank R] " prefix, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT,
+// and stops the whole job when one rank fails; ranks die with the launcher (PR_SET_PDEATHSIG).
+// Not thread-safe; call once per process (it installs signal handlers for those four and SIGCHLD
+// and ignores SIGPIPE while it runs).
 #pragma once
 
 #include "options.h"
