@@ -90,9 +90,14 @@ Status CommImpl::execute_now(const OpDesc& d) {
   Context c(*this);
   c.dtype = d.dtype;
   c.reduce_op = d.op;
-  c.header.op = uint32_t(d.kind == OpKind::kRecv ? OpKind::kSend : d.kind);
-  c.header.dtype = uint32_t(d.dtype);
+  c.header.op = uint8_t(d.kind == OpKind::kRecv ? OpKind::kSend : d.kind);
+  c.header.dtype = uint8_t(d.dtype);
   c.header.count = d.count;
+  const bool reduces =
+      d.kind == OpKind::kAllReduce || d.kind == OpKind::kReduce || d.kind == OpKind::kReduceScatter;
+  c.header.reduce = reduces ? uint8_t(uint8_t(d.op) + 1) : 0;
+  c.header.root =
+      d.kind == OpKind::kReduce || d.kind == OpKind::kBroadcast ? uint32_t(d.root) + 1 : 0;
   // Point-to-point messages are numbered per pair (only two ranks take part); collectives share
   // one sequence across the communicator.
   if (d.kind == OpKind::kSend) {
@@ -106,6 +111,7 @@ Status CommImpl::execute_now(const OpDesc& d) {
   ChoiceMemo& memo = choice_memo_[size_t(d.kind)];
   if (memo.bytes != bytes) memo = ChoiceMemo{bytes, &tuner_->choose(d.kind, bytes)};
   const AlgoInfo& algo = *memo.info;
+  c.header.algo = algorithm_index(d.kind, algo);
   FlightRecorder::Entry entry;
   entry.seq = c.header.seq;
   entry.op = d.kind;
@@ -199,8 +205,10 @@ Status CommImpl::reduce_scatter_blocks(void* data, const std::vector<size_t>& co
   Context c(*this);
   c.dtype = dtype;
   c.reduce_op = op;
-  c.header.op = uint32_t(OpKind::kReduceScatter);
-  c.header.dtype = uint32_t(dtype);
+  c.header.op = uint8_t(OpKind::kReduceScatter);
+  c.header.dtype = uint8_t(dtype);
+  c.header.reduce = uint8_t(uint8_t(op) + 1);
+  c.header.algo = 0xff;  // the hierarchical algorithms' own ring (algorithm_name: "algorithm?")
   c.header.count = counts.empty() ? 0 : counts[0];
   c.header.seq = seq_++;
   const int n = size_, r = rank_;

@@ -61,6 +61,19 @@ const char* size_class(size_t bytes) {
 
 }  // namespace
 
+uint8_t algorithm_index(OpKind op, const AlgoInfo& algo) {
+  const auto table = algorithms(op);
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i].name == algo.name) return static_cast<uint8_t>(i);
+  }
+  return 0xff;
+}
+
+std::string_view algorithm_name(OpKind op, int index) {
+  const auto table = algorithms(op);
+  return index >= 0 && size_t(index) < table.size() ? table[size_t(index)].name : "algorithm?";
+}
+
 Result<std::pair<LinkCost, LinkCost>> link_costs_from_environment() {
   LinkCost intra;  // shared memory: ~0.5 us a message, each byte copied twice at ~8 GB/s
   intra.alpha_s = 0.5e-6;

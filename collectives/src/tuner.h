@@ -39,6 +39,11 @@ struct AlgoInfo {
   AlgoFn fn;
 };
 
+// An algorithm's index in the table for `op` (sent in every message header), and back; the name
+// is "algorithm?" for an index outside the table.
+uint8_t algorithm_index(OpKind op, const AlgoInfo& algo);
+std::string_view algorithm_name(OpKind op, int index);
+
 class Tuner {
  public:
   // `forced`: "op:algo,..." as TESSERA_COLL_ALGO; errors name the bad entry and list the choices.

@@ -237,6 +237,50 @@ TEST(Communicator, MismatchedCountsNameBothRanks) {
                 2);
 }
 
+// Ranks that disagree on what a call means fail naming both sides instead of returning
+// different results: another reduction operator, another broadcast root, another algorithm.
+TEST(Communicator, RanksDisagreeingOnOperatorRootOrAlgorithmAreNamed) {
+  struct Case {
+    const char* name;
+    const char* expect;  // in the message of the rank that saw the other's header
+  };
+  for (const Case& c :
+       {Case{"operator", "sum"}, Case{"root", "root "}, Case{"algorithm", "tree"}}) {
+    const std::string which = c.name, expect = c.expect;
+    expect_all_ok(
+        run_ranks(2,
+                  [&](int rank, int n) {
+                    CommOptions options;
+                    options.timeout = std::chrono::milliseconds(10000);
+                    if (which == "algorithm")
+                      options.algorithms = rank == 0 ? "allreduce:ring" : "allreduce:tree";
+                    auto comm = child_communicator(rank, n, options);
+                    if (!comm) return 2;
+                    std::vector<float> v(64, float(rank + 1));
+                    Status s;
+                    if (which == "operator") {
+                      s = comm->allreduce(v.data(), v.data(), v.size(), DType::kF32,
+                                          rank == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+                    } else if (which == "root") {
+                      // Two roots only send: the disagreement shows at the next receive, the
+                      // barrier's.
+                      s = comm->broadcast(v.data(), v.data(), v.size(), DType::kF32, /*root=*/rank);
+                      if (s.ok()) s = comm->barrier();
+                    } else {
+                      s = comm->allreduce(v.data(), v.data(), v.size(), DType::kF32,
+                                          ReduceOp::kSum);
+                    }
+                    CHILD_CHECK(!s.ok(), "%s: the disagreement was not detected", which.c_str());
+                    const std::string text = s.message();
+                    CHILD_CHECK(text.find(expect) != std::string::npos ||
+                                    text.find("aborted by rank") != std::string::npos,
+                                "%s: %s", which.c_str(), text.c_str());
+                    return 0;
+                  }),
+        2);
+  }
+}
+
 TEST(Communicator, DeadPeerIsNamedWithinTimeout) {
   const auto results = run_ranks(3, [](int rank, int n) {
     CommOptions options;

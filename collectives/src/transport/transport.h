@@ -26,18 +26,26 @@
 
 namespace tessera::coll {
 
-// Sent with every message (every chunk, for chunked transports); 32 bytes.
+// Sent with every message (every chunk, for chunked transports); 32 bytes. Everything every rank
+// must agree on is here, so a rank that disagrees fails the first message it receives instead of
+// computing a wrong result: a reduction with another operator, a broadcast from another root, or
+// another algorithm (ranks whose tuners were configured differently exchange the same bytes in
+// other patterns).
 struct WireHeader {
   uint64_t seq = 0;     // operation sequence number on this communicator
   uint64_t count = 0;   // the operation's element count as the caller passed it
-  uint32_t op = 0;      // OpKind
-  uint32_t dtype = 0;   // hal::DType
+  uint8_t op = 0;       // OpKind
+  uint8_t dtype = 0;    // hal::DType
+  uint8_t reduce = 0;   // hal::ReduceOp + 1 for reductions; 0 otherwise
+  uint8_t algo = 0;     // the algorithm's index in the tuner's table for `op` (algorithm_name)
+  uint32_t root = 0;    // root + 1 for reduce and broadcast; 0 otherwise
   uint32_t sender = 0;  // the sending rank in the communicator
   uint32_t step = 0;    // algorithm step, for diagnostics
 };
 static_assert(sizeof(WireHeader) == 32);
 
-// "rank 1 sent allreduce #12 (f32 x 1000) but rank 0 expected allreduce #12 (f32 x 999)"
+// "rank 1 sent allreduce #12 (f32 x 1000, sum, ring) but rank 0 expected allreduce #12 (f32 x
+// 999, sum, ring)"
 Status header_mismatch(const WireHeader& got, const WireHeader& expected, int receiver);
 // True when `got` is the message `expected` describes (sender and step are not compared).
 bool header_matches(const WireHeader& got, const WireHeader& expected);
