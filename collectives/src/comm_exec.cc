@@ -131,6 +131,9 @@ Status CommImpl::execute_now(const OpDesc& d) {
                              " (" + std::string(algo.name) + ", step " +
                              std::to_string(c.header.step) + ") on rank " + std::to_string(rank_);
     status = status.with_context(what);
+    // A failure inside the hierarchical algorithm aborts only the inner (per-host or cross-host)
+    // communicator it happened on; this one must not go on as if its ranks were in step.
+    if (!aborted()) abort(status.message());
     TSR_LOG(kError, "coll") << status.to_string() << "\nflight record of rank " << rank_ << ":\n"
                             << recorder_.dump(rank_);
   }

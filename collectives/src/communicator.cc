@@ -2,8 +2,11 @@
 // then CommImpl.
 #include "tessera/coll/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
+#include <span>
 
 #include "comm_impl.h"
 #include "reduce.h"
@@ -211,6 +214,42 @@ Status check_dtype(const char* op, DType dtype, ReduceOp rop, bool reduces) {
   return Status();
 }
 
+// The bytes an operation touches per buffer must fit in size_t (a count of -1 passed as size_t,
+// or 2^62 f32, would otherwise wrap to a small or zero size).
+Status check_bytes(const char* op, size_t count, DType dtype, size_t per_rank_blocks) {
+  const size_t e = hal::dtype_size(dtype);
+  if (e > 0 && count > std::numeric_limits<size_t>::max() / e / per_rank_blocks) {
+    return invalid_argument(
+        std::string(op) + ": count " + std::to_string(count) + " x " + std::to_string(e) +
+        " bytes" +
+        (per_rank_blocks > 1 ? " x " + std::to_string(per_rank_blocks) + " ranks" : std::string()) +
+        " overflows the address space");
+  }
+  return Status();
+}
+
+// The sum of a count array, refused when it wraps.
+Result<size_t> checked_sum(const char* op, const char* name, std::span<const size_t> counts) {
+  size_t total = 0;
+  for (size_t c : counts) {
+    if (c > std::numeric_limits<size_t>::max() - total) {
+      return invalid_argument(std::string(op) + ": the sum of " + name + " overflows size_t");
+    }
+    total += c;
+  }
+  return total;
+}
+
+// A call this rank refuses while the others enter the operation would leave them waiting until
+// the timeout, and shift this rank's sequence numbers against theirs: with peers, a refused call
+// aborts the communicator (they fail at once with "aborted by rank R: <why>").
+Status refuse(CommImpl& impl, int rank, int size, Status why) {
+  if (!why.ok() && size > 1) {
+    impl.abort("rank " + std::to_string(rank) + " refused its call: " + why.message());
+  }
+  return why;
+}
+
 // The argument checks of one operation, shared by the blocking and the stream forms so both
 // refuse the same calls in the same words. The v-variants check their count arrays themselves.
 Status check_args(const OpDesc& d, int rank, int size) {
@@ -219,6 +258,9 @@ Status check_args(const OpDesc& d, int rank, int size) {
   const bool reduces =
       d.kind == OpKind::kAllReduce || d.kind == OpKind::kReduce || d.kind == OpKind::kReduceScatter;
   TSR_RETURN_IF_ERROR(check_dtype(op, d.dtype, d.op, reduces));
+  const bool per_rank = d.kind == OpKind::kAllGather || d.kind == OpKind::kReduceScatter ||
+                        d.kind == OpKind::kAllToAll;
+  TSR_RETURN_IF_ERROR(check_bytes(op, d.count, d.dtype, per_rank ? size_t(size) : 1));
   switch (d.kind) {
     case OpKind::kReduce:
       TSR_RETURN_IF_ERROR(check_rank(op, "root", d.root, size));
@@ -243,7 +285,7 @@ Status check_args(const OpDesc& d, int rank, int size) {
 // Every blocking operation: refused once the communicator is aborted, then checked, then run.
 Status run(CommImpl& impl, int rank, int size, const OpDesc& d) {
   if (impl.aborted()) return impl.abort_status();
-  TSR_RETURN_IF_ERROR(check_args(d, rank, size));
+  TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_args(d, rank, size)));
   return impl.execute(d);
 }
 
@@ -276,16 +318,20 @@ Status Communicator::allgather(const void* send, void* recv, size_t count, DType
 Status Communicator::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                                 std::span<const size_t> displs, DType dtype) {
   TSR_CHECK_COMM("allgatherv");
-  TSR_RETURN_IF_ERROR(check_dtype("allgatherv", dtype, ReduceOp::kSum, false));
-  if (counts.size() != size_t(size()) || displs.size() != size_t(size())) {
-    return invalid_argument("allgatherv: counts and displs need " + std::to_string(size()) +
-                            " entries (got " + std::to_string(counts.size()) + " and " +
-                            std::to_string(displs.size()) + ")");
-  }
   size_t total = 0;
-  for (size_t c : counts) total += c;
-  TSR_RETURN_IF_ERROR(check_buffer("allgatherv", "send", send, counts[size_t(rank())]));
-  TSR_RETURN_IF_ERROR(check_buffer("allgatherv", "recv", recv, total));
+  const Status checked = [&]() -> Status {
+    TSR_RETURN_IF_ERROR(check_dtype("allgatherv", dtype, ReduceOp::kSum, false));
+    if (counts.size() != size_t(size()) || displs.size() != size_t(size())) {
+      return invalid_argument("allgatherv: counts and displs need " + std::to_string(size()) +
+                              " entries (got " + std::to_string(counts.size()) + " and " +
+                              std::to_string(displs.size()) + ")");
+    }
+    TSR_ASSIGN_OR_RETURN(total, checked_sum("allgatherv", "counts", counts));
+    TSR_RETURN_IF_ERROR(check_bytes("allgatherv", total, dtype, 1));
+    TSR_RETURN_IF_ERROR(check_buffer("allgatherv", "send", send, counts[size_t(rank())]));
+    return check_buffer("allgatherv", "recv", recv, total);
+  }();
+  TSR_RETURN_IF_ERROR(refuse(*impl_, rank(), size(), checked));
   OpDesc d = desc(OpKind::kAllGatherV, send, recv, total, dtype);
   d.counts.assign(counts.begin(), counts.end());
   d.displs.assign(displs.begin(), displs.end());
@@ -307,20 +353,22 @@ Status Communicator::alltoallv(const void* send, std::span<const size_t> send_co
                                std::span<const size_t> recv_counts,
                                std::span<const size_t> recv_displs, DType dtype) {
   TSR_CHECK_COMM("alltoallv");
-  TSR_RETURN_IF_ERROR(check_dtype("alltoallv", dtype, ReduceOp::kSum, false));
-  const size_t n = size_t(size());
-  if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
-      recv_displs.size() != n) {
-    return invalid_argument("alltoallv: counts and displacements need " + std::to_string(n) +
-                            " entries each");
-  }
-  size_t sent = 0, received = 0;
-  for (size_t i = 0; i < n; ++i) {
-    sent += send_counts[i];
-    received += recv_counts[i];
-  }
-  TSR_RETURN_IF_ERROR(check_buffer("alltoallv", "send", send, sent));
-  TSR_RETURN_IF_ERROR(check_buffer("alltoallv", "recv", recv, received));
+  const Status checked = [&]() -> Status {
+    TSR_RETURN_IF_ERROR(check_dtype("alltoallv", dtype, ReduceOp::kSum, false));
+    const size_t n = size_t(size());
+    if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
+        recv_displs.size() != n) {
+      return invalid_argument("alltoallv: counts and displacements need " + std::to_string(n) +
+                              " entries each");
+    }
+    TSR_ASSIGN_OR_RETURN(const size_t sent, checked_sum("alltoallv", "send_counts", send_counts));
+    TSR_ASSIGN_OR_RETURN(const size_t received,
+                         checked_sum("alltoallv", "recv_counts", recv_counts));
+    TSR_RETURN_IF_ERROR(check_bytes("alltoallv", std::max(sent, received), dtype, 1));
+    TSR_RETURN_IF_ERROR(check_buffer("alltoallv", "send", send, sent));
+    return check_buffer("alltoallv", "recv", recv, received);
+  }();
+  TSR_RETURN_IF_ERROR(refuse(*impl_, rank(), size(), checked));
   // The header's count must agree on every rank: the total moved by the whole communicator is
   // not known locally, so alltoallv stamps 0 and each pairwise message is checked by its size.
   OpDesc d = desc(OpKind::kAllToAllV, send, recv, 0, dtype);
@@ -364,8 +412,9 @@ Status check_stream(const char* op, const CommImpl& impl, const hal::Stream& str
 // Every stream operation: refused once aborted, checked (arguments, then the stream), queued.
 Result<Work> enqueue(CommImpl& impl, int rank, int size, OpDesc d, const hal::Stream& stream) {
   if (impl.aborted()) return impl.abort_status();
-  TSR_RETURN_IF_ERROR(check_args(d, rank, size));
-  TSR_RETURN_IF_ERROR(check_stream(std::string(op_name(d.kind)).c_str(), impl, stream));
+  TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_args(d, rank, size)));
+  TSR_RETURN_IF_ERROR(
+      refuse(impl, rank, size, check_stream(std::string(op_name(d.kind)).c_str(), impl, stream)));
   return impl.enqueue(std::move(d), stream);
 }
 

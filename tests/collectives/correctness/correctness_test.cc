@@ -129,8 +129,19 @@ TEST(BadInput, NullBuffersAreInvalidArguments) {
       ++n;
       EXPECT_EQ(line.rfind("INVALID_ARGUMENT", 0), 0u) << line;
     }
-    EXPECT_EQ(n, 5) << text;  // two blocking calls, three on a stream
+    EXPECT_EQ(n, 6) << text;  // three blocking calls (two null buffers, a wrapping count), three
+                              // on a stream
+    EXPECT_NE(text.find("overflows the address space"), std::string::npos) << text;
   }
+}
+
+TEST(BadInput, ACallOneRankRefusesAbortsTheCommunicatorInsteadOfLeavingPeersWaiting) {
+  const auto texts = run_scenario("one_rank_refuses", 2);
+  ASSERT_EQ(texts.size(), 2u);
+  EXPECT_EQ(texts[0].rfind("INVALID_ARGUMENT: allreduce: send is null", 0), 0u) << texts[0];
+  EXPECT_EQ(texts[1].rfind("ABORTED", 0), 0u) << texts[1];
+  EXPECT_NE(texts[1].find("rank 0 refused its call: allreduce: send is null"), std::string::npos)
+      << texts[1];
 }
 
 TEST(BadInput, StreamOfAnotherDeviceIsRejected) {

@@ -100,18 +100,26 @@ int run_bad_input(Context& ctx, const std::string& scenario, const std::string& 
     record(comm.allreduce(send.data(), recv.data(), 1000, rank == 0 ? DType::kF32 : DType::kI32,
                           ReduceOp::kSum));
   } else if (scenario == "null_buffer") {
-    record(comm.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum));
-    record(comm.allreduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum));
-    // The stream forms refuse the same calls. Each rank names itself the root, so every rank's
-    // call is refused and nothing is sent.
-    if (!ctx.stream) {
-      std::fprintf(stderr, "rank %d: no stream\n", rank);
+    // On a communicator of this rank alone: with peers, the first refused call would abort the
+    // communicator (scenario one_rank_refuses) and the later ones return ABORTED.
+    auto alone_or = comm.split(rank, 0);
+    if (!alone_or.ok() || !ctx.stream) {
+      std::fprintf(stderr, "rank %d: no split or no stream\n", rank);
       return 2;
     }
+    Communicator& alone = **alone_or;
+    record(alone.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum));
+    record(alone.allreduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum));
+    record(alone.allreduce(send.data(), recv.data(), SIZE_MAX, DType::kF32, ReduceOp::kSum));
+    // The stream forms refuse the same calls.
     auto queued = [&](const Result<Work>& w) { record(w.ok() ? Status() : w.status()); };
-    queued(comm.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum, *ctx.stream));
-    queued(comm.reduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum, rank, *ctx.stream));
-    queued(comm.broadcast(nullptr, recv.data(), 1000, DType::kF32, rank, *ctx.stream));
+    queued(alone.allreduce(nullptr, recv.data(), 1000, DType::kF32, ReduceOp::kSum, *ctx.stream));
+    queued(alone.reduce(send.data(), nullptr, 1000, DType::kF32, ReduceOp::kSum, 0, *ctx.stream));
+    queued(alone.broadcast(nullptr, recv.data(), 1000, DType::kF32, 0, *ctx.stream));
+  } else if (scenario == "one_rank_refuses") {
+    // Rank 0's call is refused; rank 1 has entered the allreduce and must not wait for it.
+    record(comm.allreduce(rank == 0 ? nullptr : send.data(), recv.data(), 1000, DType::kF32,
+                          ReduceOp::kSum));
   } else if (scenario == "foreign_stream") {
     auto other = ctx.platform->device("host", 1);
     if (!other.ok()) {
