@@ -1,6 +1,9 @@
 // Bad input gets a clear error naming the parameter, never a hang: overlapping, unaligned and
 // duplicate registrations, a gradient marked twice, finish() before every gradient is marked
 // (on one rank while the other is complete), ranks that registered different parameters.
+#include <poll.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -140,9 +143,13 @@ TEST(BadInput, FinishBeforeEveryGradientIsMarkedFailsOnEveryRankWithoutWaitingFo
 }
 
 TEST(BadInput, APeerThatNeverSynchronisesTimesOutNamingTheBucket) {
+  // Rank 1 stays alive, without synchronising, until rank 0 has seen its timeout: a pipe, not a
+  // sleep, so a slow machine cannot turn the timeout into rank 1's exit.
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
   testing::expect_all_ok(
       run_ranks(2,
-                [](int rank, int n) {
+                [&](int rank, int n) {
                   auto r = Rank::make(rank, n);
                   if (!r) return 2;
                   GradSyncOptions options;
@@ -155,23 +162,25 @@ TEST(BadInput, APeerThatNeverSynchronisesTimesOutNamingTheBucket) {
                   CHILD_CHECK(sync.buckets().size() == 1, "one bucket");
                   if (rank == 1) {
                     // Registered (the layout check passed) but never takes part in a step.
-                    std::this_thread::sleep_for(std::chrono::seconds(2));
+                    pollfd wait{done[0], POLLIN, 0};
+                    CHILD_CHECK(poll(&wait, 1, 120000) == 1, "rank 0 never finished");
                     return 0;
                   }
                   const auto start = std::chrono::steady_clock::now();
                   CHILD_OK(sync.mark_ready(0, r->compute));
                   const Status s = sync.finish().status();
                   const auto took = std::chrono::steady_clock::now() - start;
-                  // The timeout, or (on a machine slow enough that rank 1 exits first) its
-                  // death: either way an error naming the bucket, not a hang.
-                  CHILD_CHECK((s.code() == StatusCode::kDeadlineExceeded ||
-                               s.code() == StatusCode::kUnavailable) &&
+                  const char byte = 1;
+                  CHILD_CHECK(write(done[1], &byte, 1) == 1, "release rank 1");
+                  CHILD_CHECK(s.code() == StatusCode::kDeadlineExceeded &&
                                   mentions(s, "bucket 0") && mentions(s, "'w'"),
                               "timeout: %s", s.to_string().c_str());
                   CHILD_CHECK(took < std::chrono::seconds(20), "took too long");
                   return 0;
                 }),
       2);
+  close(done[0]);
+  close(done[1]);
 }
 
 TEST(BadInput, RanksThatRegisteredDifferentParametersAreNamed) {
