@@ -31,7 +31,7 @@ const uint64_t kSingleCopyProbe = 0x7e55e7a;
 
 struct Card {
   int world_rank = 0;
-  int pid = 0;
+  ProcessIdentity process;  // pid, start time, PID namespace (peer_liveness.h)
   uint64_t probe_address = 0;
   int64_t color = 0;
   int64_t key = 0;
@@ -39,28 +39,32 @@ struct Card {
 };
 
 std::string encode(const Card& c) {
-  return std::to_string(c.world_rank) + "|" + std::to_string(c.pid) + "|" +
+  return std::to_string(c.world_rank) + "|" + std::to_string(c.process.pid) + "|" +
          std::to_string(c.probe_address) + "|" + std::to_string(c.color) + "|" +
-         std::to_string(c.key) + "|" + c.host;
+         std::to_string(c.key) + "|" + std::to_string(c.process.start_time) + "|" +
+         c.process.pid_namespace + "|" + c.host;
 }
 
 Result<Card> decode(const std::string& text, size_t from) {
   Card c;
   std::istringstream in(text);
-  std::string field[6];
-  for (int i = 0; i < 5; ++i) std::getline(in, field[i], '|');
-  std::getline(in, field[5]);
+  constexpr int kFields = 8;  // the host (last) may hold '|'
+  std::string field[kFields];
+  for (int i = 0; i < kFields - 1; ++i) std::getline(in, field[i], '|');
+  std::getline(in, field[kFields - 1]);
   try {
     c.world_rank = std::stoi(field[0]);
-    c.pid = std::stoi(field[1]);
+    c.process.pid = std::stoi(field[1]);
     c.probe_address = std::stoull(field[2]);
     c.color = std::stoll(field[3]);
     c.key = std::stoll(field[4]);
+    c.process.start_time = std::stoull(field[5]);
+    c.process.pid_namespace = field[6];
   } catch (...) {
     return internal_error("communicator creation: malformed card from participant " +
                           std::to_string(from) + ": '" + text + "'");
   }
-  c.host = field[5];
+  c.host = field[kFields - 1];
   return c;
 }
 
@@ -73,10 +77,6 @@ std::string host_identity() {
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   return std::string(name) + "/" + boot;
-}
-
-int pidfd_open(int pid) {
-  return int(syscall(SYS_pidfd_open, pid, 0));
 }
 
 inline void cpu_relax() {
@@ -149,7 +149,7 @@ bool WorkState::done() {
 Result<std::unique_ptr<CommImpl>> CommImpl::create(CreateArgs args) {
   Card mine;
   mine.world_rank = args.world_rank;
-  mine.pid = int(getpid());
+  mine.process = this_process();
   mine.probe_address = reinterpret_cast<uint64_t>(&kSingleCopyProbe);
   mine.color = args.color;
   mine.key = args.key;
@@ -198,7 +198,8 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
     const Card& c = cards[size_t(members[size_t(r)])];
     if (members[size_t(r)] == my_index) rank_ = r;
     world_ranks_.push_back(c.world_rank);
-    pids_.push_back(c.pid);
+    pids_.push_back(c.process.pid);
+    processes_.push_back(c.process);
     hosts_.push_back(c.host);
   }
   // Hosts in order of first appearance; local ranks.
@@ -265,7 +266,7 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   if (use_shm && threshold > 0) {
     const Card& next =
         cards[size_t(members[size_t(local_ranks[(size_t(local_rank_) + 1) % local_ranks.size()])])];
-    if (can_read_peer_memory(next.pid, next.probe_address, sizeof kSingleCopyProbe)) {
+    if (can_read_peer_memory(next.process.pid, next.probe_address, sizeof kSingleCopyProbe)) {
       can_read = "yes";
     }
   }
@@ -313,11 +314,11 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   }
   if (!member) return Status();
 
-  // Liveness of local peers: a pidfd becomes readable when the process exits.
-  pidfds_.assign(size_t(size_), -1);
+  // Liveness of local peers (a pidfd, or /proc where the kernel has none).
   dead_.assign(size_t(size_), false);
+  liveness_ = std::make_unique<PeerLiveness>();
   for (int r : local_ranks) {
-    if (r != rank_) pidfds_[size_t(r)] = pidfd_open(pids_[size_t(r)]);
+    if (r != rank_) liveness_->watch(r, processes_[size_t(r)], processes_[size_t(rank_)]);
   }
   // Online CPUs, not this process's affinity: a launcher that binds each rank to one core gives
   // every rank a core of its own, which is exactly when spinning pays.
@@ -345,7 +346,8 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
                          << local_size_ << (shm_ ? ", shared memory" : "")
                          << (shm_ && shm_->huge_pages() ? " (huge pages)" : "")
                          << (shm_ && shm_->single_copy_threshold() > 0 ? ", single-copy" : "")
-                         << (ucx_ ? ", UCX" : "");
+                         << (ucx_ ? ", UCX" : "") << ", local peers watched by "
+                         << liveness_->method();
   return Status();
 }
 
@@ -361,9 +363,6 @@ CommImpl::~CommImpl() {
   if (pending) abort("communicator destroyed with operations pending");
   queue_cv_.notify_all();
   if (proxy_.joinable()) proxy_.join();
-  for (int fd : pidfds_) {
-    if (fd >= 0) close(fd);
-  }
 }
 
 Result<std::unique_ptr<CommImpl>> CommImpl::split(int64_t color, int64_t key) {
@@ -403,18 +402,7 @@ Status CommImpl::abort_status() const {
 }
 
 void CommImpl::update_dead_peers() {
-  std::vector<pollfd> fds;
-  std::vector<int> ranks;
-  for (size_t r = 0; r < pidfds_.size(); ++r) {
-    if (pidfds_[r] >= 0 && !dead_[r]) {
-      fds.push_back(pollfd{pidfds_[r], POLLIN, 0});
-      ranks.push_back(int(r));
-    }
-  }
-  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) dead_[size_t(ranks[i])] = true;
-  }
+  if (liveness_) liveness_->update(dead_);
 }
 
 // ---- the progress loop

@@ -18,6 +18,7 @@
 
 #include "algo/algo.h"
 #include "flight_recorder.h"
+#include "peer_liveness.h"
 #include "tessera/coll/communicator.h"
 #include "transport/shm_transport.h"
 #include "tuner.h"
@@ -104,7 +105,7 @@ class CommImpl {
   Status setup(const CreateArgs& args, const std::vector<std::string>& cards, int my_index);
   Status execute_now(const OpDesc& d);
   Transport* transport_for(int peer);
-  // Marks local peers whose process exited (their pidfd became readable) in dead_.
+  // Marks local peers whose process exited in dead_ (peer_liveness.h).
   void update_dead_peers();
   Status fail(std::span<P2P> ops, Status status);
   void proxy_main();
@@ -118,9 +119,10 @@ class CommImpl {
   std::vector<int> world_ranks_;
   std::vector<int> host_of_;  // host index of each rank
   std::vector<int> pids_;
-  std::vector<std::string> hosts_;  // host id of each rank
-  std::vector<int> pidfds_;         // per rank; -1 for remote ranks and this rank
-  std::vector<bool> dead_;          // per rank: its process exited
+  std::vector<std::string> hosts_;          // host id of each rank
+  std::vector<ProcessIdentity> processes_;  // per rank, from the creation cards
+  std::unique_ptr<PeerLiveness> liveness_;  // watches the local peers
+  std::vector<bool> dead_;                  // per rank: its process exited
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Transport> ucx_;
   bool force_ucx_ = false;

@@ -281,8 +281,14 @@ TEST(Communicator, RanksDisagreeingOnOperatorRootOrAlgorithmAreNamed) {
   }
 }
 
-TEST(Communicator, DeadPeerIsNamedWithinTimeout) {
-  const auto results = run_ranks(3, [](int rank, int n) {
+// With pidfds (Linux >= 5.3), and without them as on CentOS 7 or Kylin V10's 4.19 kernel
+// (TESSERA_COLL_NO_PIDFD=1: kill(pid, 0) and the start time in /proc).
+class DeadPeer : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DeadPeer, IsNamedWithinTimeout) {
+  const bool pidfd = GetParam();
+  const auto results = run_ranks(3, [pidfd](int rank, int n) {
+    if (!pidfd) setenv("TESSERA_COLL_NO_PIDFD", "1", 1);
     CommOptions options;
     options.timeout = std::chrono::milliseconds(5000);
     auto comm = child_communicator(rank, n, options);
@@ -312,6 +318,11 @@ TEST(Communicator, DeadPeerIsNamedWithinTimeout) {
   EXPECT_EQ(results[1].exit_code, 0);
   EXPECT_EQ(results[2].signal, SIGKILL);
 }
+
+INSTANTIATE_TEST_SUITE_P(Liveness, DeadPeer, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return std::string(p.param ? "Pidfd" : "ProcWithoutPidfd");
+                         });
 
 TEST(Communicator, AbortUnblocksAndLaterCallsFail) {
   expect_all_ok(
