@@ -266,7 +266,10 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   if (use_shm && threshold > 0) {
     const Card& next =
         cards[size_t(members[size_t(local_ranks[(size_t(local_rank_) + 1) % local_ranks.size()])])];
-    if (can_read_peer_memory(next.process.pid, next.probe_address, sizeof kSingleCopyProbe)) {
+    const ProcessIdentity& mine_process = processes_[size_t(rank_)];
+    if (next.process.pid_namespace == mine_process.pid_namespace &&
+        can_read_peer_memory(next.process.pid, next.probe_address, &kSingleCopyProbe,
+                             sizeof kSingleCopyProbe)) {
       can_read = "yes";
     }
   }

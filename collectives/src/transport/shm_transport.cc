@@ -421,11 +421,14 @@ Status ShmTransport::progress_recv(P2P& op) {
   return Status();
 }
 
-bool can_read_peer_memory(int pid, uint64_t address, size_t bytes) {
+bool can_read_peer_memory(int pid, uint64_t address, const void* expected, size_t bytes) {
   std::unique_ptr<char[]> buffer(new char[bytes]);
   iovec local{buffer.get(), bytes};
   iovec from{reinterpret_cast<void*>(address), bytes};
-  return process_vm_readv(pid, &local, 1, &from, 1, 0) == ssize_t(bytes);
+  // The bytes must be the peer's probe: a pid that names another process (another PID
+  // namespace, a reused pid) may well be readable too.
+  return process_vm_readv(pid, &local, 1, &from, 1, 0) == ssize_t(bytes) &&
+         std::memcmp(buffer.get(), expected, bytes) == 0;
 }
 
 void ShmTransport::post_abort(int rank, std::string_view reason) {

@@ -36,9 +36,10 @@ struct ShmConfig {
   size_t single_copy_threshold = 0;  // TESSERA_SHM_CMA_THRESHOLD
 };
 
-// Whether this process can read `bytes` at `address` of process `pid` with process_vm_readv
+// Whether this process can read `bytes` at `address` of process `pid` with process_vm_readv, and
+// finds there the `expected` bytes (the peer's probe, so a pid naming another process fails)
 // (the kernel's ptrace access check; seccomp profiles of some containers forbid it).
-bool can_read_peer_memory(int pid, uint64_t address, size_t bytes);
+bool can_read_peer_memory(int pid, uint64_t address, const void* expected, size_t bytes);
 
 struct ShmSegment;  // shm_transport.cc
 
