@@ -143,6 +143,13 @@ Status CommImpl::execute_now(const OpDesc& d) {
 Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
   if (aborted()) return abort_status();
   auto state = std::make_shared<WorkState>();
+  // The event first: its creation touches no stream, so failing there leaves nothing behind.
+  const auto& backend = stream.backend();
+  tsr_event event = nullptr;
+  TSR_RETURN_IF_ERROR(
+      backend->check(backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &event),
+                     "event_create for a collective's completion"));
+  state->event = hal::Event(backend, event);
   // The callback opens the gate for the proxy once the stream reached this point, then holds the
   // stream until the operation finished, so later work on the stream sees its result.
   TSR_RETURN_IF_ERROR(stream.add_callback([state](Status upstream) {
@@ -150,13 +157,11 @@ Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
     while (state->wait(std::chrono::milliseconds(50)).code() == StatusCode::kDeadlineExceeded) {
     }
   }));
-  const auto& backend = stream.backend();
-  tsr_event event = nullptr;
-  TSR_RETURN_IF_ERROR(
-      backend->check(backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &event),
-                     "event_create for a collective's completion"));
-  state->event = hal::Event(backend, event);
-  TSR_RETURN_IF_ERROR(state->event.record(stream));
+  if (Status recorded = state->event.record(stream); !recorded.ok()) {
+    // The callback is queued and would hold the stream forever: release it.
+    state->finish(recorded);
+    return recorded;
+  }
   {
     std::lock_guard lock(queue_mutex_);
     queue_.push_back(Task{std::move(d), state});
@@ -177,11 +182,32 @@ void CommImpl::proxy_main() {
       queue_.pop_front();
       proxy_busy_ = true;
     }
-    Status status;
-    if (!task.state->wait_ready(aborted_)) {
-      status = abort_status();
-    } else {
+    {
+      std::lock_guard lock(queue_mutex_);
+      proxy_at_gate_ = true;
+    }
+    // Until the stream reaches the operation: bounded by the communicator's timeout, and released
+    // by an abort posted here or by a peer (which would otherwise only be seen once it runs).
+    Status status = task.state->wait_ready(options_.timeout, [this]() -> Status {
+      if (aborted()) return abort_status();
+      if (shm_) {
+        if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
+          const std::string why =
+              "aborted by rank " + std::to_string(posted->first) + ": " + posted->second;
+          abort(why);
+          return Status(StatusCode::kAborted, why);
+        }
+      }
+      return Status();
+    });
+    {
+      std::lock_guard lock(queue_mutex_);
+      proxy_at_gate_ = false;
+    }
+    if (status.ok()) {
       status = execute_now(task.desc);
+    } else if (!aborted()) {
+      abort(std::string(op_name(task.desc.kind)) + " on a stream: " + status.message());
     }
     task.state->finish(std::move(status));
     {

@@ -107,13 +107,23 @@ void WorkState::mark_ready(Status upstream) {
   cv_.notify_all();
 }
 
-bool WorkState::wait_ready(const std::atomic<bool>& aborted) {
+Status WorkState::wait_ready(std::chrono::milliseconds timeout,
+                             const std::function<Status()>& stop) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(mutex_);
   while (!ready_) {
-    if (aborted.load()) return false;
+    lock.unlock();
+    if (Status s = stop(); !s.ok()) return s;
+    lock.lock();
+    if (ready_) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return deadline_exceeded("the stream did not reach the operation within " +
+                               std::to_string(timeout.count()) +
+                               " ms (work queued before it on the stream is stuck)");
+    }
     cv_.wait_for(lock, std::chrono::milliseconds(10));
   }
-  return true;
+  return Status();
 }
 
 void WorkState::finish(Status status) {
@@ -359,7 +369,7 @@ CommImpl::~CommImpl() {
   {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
-    pending = !queue_.empty();
+    pending = !queue_.empty() || proxy_at_gate_;
   }
   // Operations not yet started may wait for streams that will never reach them: release them.
   // (The one the proxy is running, if any, finishes normally before the join below.)

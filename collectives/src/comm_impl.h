@@ -29,7 +29,10 @@ namespace tessera::coll {
 class WorkState {
  public:
   void mark_ready(Status upstream);
-  bool wait_ready(const std::atomic<bool>& aborted);
+  // Waits until the stream reached the operation. Returns early with the status `stop()` gives
+  // (checked every 10 ms: an abort, posted here or by a peer), or DEADLINE_EXCEEDED after
+  // `timeout`.
+  Status wait_ready(std::chrono::milliseconds timeout, const std::function<Status()>& stop);
   void finish(Status status);
   Status wait(std::chrono::milliseconds timeout);
   bool done();
@@ -155,6 +158,7 @@ class CommImpl {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool proxy_busy_ = false;
+  bool proxy_at_gate_ = false;  // the proxy waits for a stream to reach its operation
   bool stopping_ = false;
   std::thread proxy_;
   std::mutex exec_mutex_;  // one operation at a time (proxy vs. blocking callers)

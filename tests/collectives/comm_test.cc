@@ -1,6 +1,9 @@
 // Communicator tests: each algorithm forced in turn against a reference computed on the host,
 // split and group, operations on streams, header mismatches, abort, and a dead peer. Every test
 // runs its ranks as forked processes (support/multiprocess.h) with a deadline.
+#include <poll.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <sched.h>
 
@@ -212,6 +215,50 @@ TEST(Communicator, OnAStream) {
                   return 0;
                 }),
       2);
+}
+
+// A collective queued behind stream work that does not finish is failed at the communicator's
+// timeout, naming the stream, instead of holding its proxy (and every later operation) until the
+// stream gets there.
+TEST(Communicator, AStreamThatDoesNotReachTheCollectiveFailsItAtTheTimeout) {
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  expect_all_ok(run_ranks(2,
+                          [&](int rank, int n) {
+                            CommOptions options;
+                            options.timeout = std::chrono::milliseconds(1000);
+                            auto comm = child_communicator(rank, n, options);
+                            if (!comm) return 2;
+                            if (rank == 1) {  // takes no part until rank 0 is done
+                              pollfd wait{done[0], POLLIN, 0};
+                              CHILD_CHECK(poll(&wait, 1, 120000) == 1, "rank 0 never finished");
+                              return 0;
+                            }
+                            auto platform = hal::Platform::create();
+                            CHILD_CHECK(platform.ok(), "platform");
+                            auto devices = platform.value()->devices("host");
+                            CHILD_CHECK(!devices.empty(), "host device");
+                            auto stream = devices[0].create_stream();
+                            CHILD_CHECK(stream.ok(), "stream");
+                            // "Compute" far longer than the timeout ahead of the collective.
+                            CHILD_OK(stream.value().busy_wait(uint64_t(30) * 1000 * 1000));
+                            std::vector<float> v(1024, 1.0f);
+                            auto work = comm->allreduce(v.data(), v.data(), v.size(), DType::kF32,
+                                                        ReduceOp::kSum, stream.value());
+                            const Status s =
+                                work.ok() ? work.value().wait(std::chrono::milliseconds(60000))
+                                          : work.status();
+                            const char byte = 1;
+                            const bool released = write(done[1], &byte, 1) == 1;
+                            const bool named = s.message().find("did not reach the operation") !=
+                                               std::string::npos;
+                            if (!named) std::fprintf(stderr, "rank 0: %s\n", s.to_string().c_str());
+                            std::fflush(nullptr);
+                            _exit(named && released ? 0 : 1);  // skip the busy stream's teardown
+                          }),
+                2);
+  close(done[0]);
+  close(done[1]);
 }
 
 TEST(Communicator, MismatchedCountsNameBothRanks) {
