@@ -67,7 +67,9 @@ Result<std::unique_ptr<Worker>> Worker::create(const UcxTransportConfig& config)
 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // SERIALIZED, not SINGLE: blocking operations drive the worker from the caller's thread and
+  // stream operations from the communicator's proxy thread, one at a time (CommImpl's exec_mutex_).
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(self->context_, &worker_params, &self->worker_);
   if (status != UCS_OK) return unavailable(ucx_error("ucp_worker_create", status));
 
