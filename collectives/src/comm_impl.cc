@@ -255,7 +255,12 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
     return Status();
   };
   Status created = creator ? ShmTransport::create_segment(shm) : Status();
-  TSR_RETURN_IF_ERROR(barrier(created, "shared memory segment"));
+  if (Status all_created = barrier(created, "shared memory segment"); !all_created.ok()) {
+    // Another participant failed (or never came): the segment this rank made must not outlive
+    // the attempt.
+    if (creator && created.ok()) ShmTransport::unlink_segment(shm);
+    return all_created;
+  }
   Status attached;
   if (use_shm) {
     auto t = ShmTransport::attach(shm);
