@@ -389,6 +389,12 @@ Status ShmTransport::progress_recv(P2P& op) {
       const size_t piece = op.kind == P2P::Kind::kRecv ? size_t(4) << 20 : config_.slot_bytes;
       TSR_RETURN_IF_ERROR(read_single_copy(op, *slot, piece, bounce_.get()));
       if (op.moved < op.bytes) return Status();
+      // A sender that failed meanwhile may have handed its buffer back to its caller: what was
+      // read from it cannot be trusted.
+      if (auto posted = posted_abort()) {
+        return Status(StatusCode::kAborted, "aborted by rank " + std::to_string(posted->first) +
+                                                " during a single-copy read: " + posted->second);
+      }
       f.counters->single_copies_done.fetch_add(1, std::memory_order_release);
       ++tail;
       f.counters->tail.store(tail, std::memory_order_release);
