@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include "cli_run.h"
 
@@ -100,6 +101,22 @@ TEST_F(CkptCliTest, DiffSaysWhichTensorsDiffer) {
   ASSERT_EQ(j.size(), testing::model_tensors().size());
   EXPECT_EQ(j[0]["tensor"], "w1");
   EXPECT_EQ(j[0]["differing_elements"], 64 * 48);
+}
+
+// A 20-digit step does not fit in int64: an error naming the file, not an abort of the command.
+TEST_F(CkptCliTest, AStepNumberOutOfRangeIsAnErrorNotAnAbort) {
+  std::ofstream(dir_ / "latest", std::ios::trunc) << "step-99999999999999999999\n";
+  auto ls = ckpt("ls " + dir_.path() + " --json");
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  auto j = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[1]["latest"], false);
+  const std::string huge = dir_ / "step-99999999999999999999";
+  std::filesystem::create_directories(huge);
+  std::filesystem::copy_file(dir_ / "step-2/manifest.json", huge + "/manifest.json");
+  auto inspect = ckpt("inspect " + huge);
+  EXPECT_EQ(inspect.code, 2) << inspect.err;
+  EXPECT_NE(inspect.err.find("out of range"), std::string::npos) << inspect.err;
 }
 
 TEST_F(CkptCliTest, AMissingDirectoryIsOneLineAndExitTwo) {

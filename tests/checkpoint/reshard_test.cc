@@ -89,6 +89,33 @@ TEST(LayoutSlice, PipelineStagesHoldOnlyTheirLayersAndBadDegreesAreNamed) {
       << bad.status().message();
 }
 
+// Degrees that would overflow int (size() = tp*cp*dp*pp) or wrap when narrowed are refused
+// naming the field, not accepted as another number or left to abort later.
+TEST(LayoutJson, OutOfRangeDegreesAreRefusedNamingTheField) {
+  auto expect_refused = [](const std::string& json, const std::string& needle) {
+    auto l = parse_layout_json(json, "p.json");
+    ASSERT_FALSE(l.ok()) << json << " parsed as " << l->text();
+    EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(l.status().message().find(needle), std::string::npos) << l.status().message();
+  };
+  expect_refused(R"({"tp": 4294967297, "pp": 1, "dp": 1, "zero": 0})", "field 'tp'");
+  expect_refused(R"({"tp": 1, "pp": 1, "dp": 18446744073709551615, "zero": 0})", "field 'dp'");
+  expect_refused(R"({"tp": 65536, "pp": 1, "dp": 32768, "zero": 0})", "tp*cp*dp*pp");
+  expect_refused(R"({"tp": 1, "pp": 2, "dp": 1, "zero": 0, "stage_layers": [1, 4294967296]})",
+                 "stage_layers");
+  expect_refused(R"({"tp": 1, "pp": 1, "dp": 1, "zero": 0,
+                     "tensors": {"w": {"layer": 4294967296}}})",
+                 "field 'layer'");
+  ParallelLayout huge;
+  huge.tp = 65536;
+  huge.dp = 32768;
+  auto slice = layout_slice("w", {8}, std::nullopt, huge, 0);
+  ASSERT_FALSE(slice.ok());
+  EXPECT_NE(slice.status().message().find("tp*cp*dp*pp"), std::string::npos)
+      << slice.status().message();
+  EXPECT_TRUE(parse_layout_json(R"({"tp": 1024, "pp": 4, "dp": 4096, "zero": 0})", "p.json").ok());
+}
+
 TEST(LayoutJson, ReadsTesseraPlanOutputAndNamesAMissingField) {
   const std::string plan_output =
       R"({"model": {"name": "m"}, "plans": [{"tp": 2, "pp": 1, "dp": 4, "cp": 1, "ep": 1,

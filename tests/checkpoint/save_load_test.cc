@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "support/model_state.h"
 #include "support/test_util.h"
@@ -157,6 +160,24 @@ TEST(SaveLoad, SnapshotsDeviceTensorsThroughTheHalIntoPinnedMemory) {
   EXPECT_EQ(std::memcmp(out.data(), values.data(), buffer.size()), 0);
 }
 
+// create() fails after the Checkpointer exists but before its worker thread starts (here: a
+// device index the backend does not have, so no stream): an error, not std::terminate.
+TEST(SaveLoad, ACreateThatFailsBeforeTheWorkerStartsReturnsAnError) {
+  hal::PlatformOptions popts;
+  popts.registry.selection = "host";
+  popts.registry.init_options["host"] = "devices=1";
+  auto platform = hal::Platform::create(popts);
+  ASSERT_TRUE(platform.ok()) << platform.status().to_string();
+  ASSERT_FALSE((*platform)->devices().empty());
+  const hal::Device& real = (*platform)->devices()[0];
+  ScratchDir dir("nostream");
+  CheckpointOptions options = small_options(dir.path());
+  options.device = hal::Device(real.backend(), 99, real.properties());
+  auto ck = Checkpointer::create(options, std::make_shared<SingleRankGroup>());
+  ASSERT_FALSE(ck.ok());
+  EXPECT_NE(ck.status().message().find("device 99"), std::string::npos) << ck.status().message();
+}
+
 TEST(SaveLoad, ADeviceTensorWithoutADeviceIsRefusedNamingIt) {
   ScratchDir dir("nodevice");
   auto ck = make(small_options(dir.path()));
@@ -166,50 +187,177 @@ TEST(SaveLoad, ADeviceTensorWithoutADeviceIsRefusedNamingIt) {
   EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
 }
 
-// Slow writes (a rate limit) keep the first save in flight while the second is requested.
-CheckpointOptions slow_options(const std::string& dir, BusyPolicy policy) {
+// Holds the first save in flight: its fault hook blocks at the first chunk until open() (or the
+// destructor, declared after the checkpointer so it runs first). No timing involved.
+class InFlightGate {
+ public:
+  std::function<Status(FaultPoint)> hook() {
+    return [this](FaultPoint at) {
+      if (at == FaultPoint::kMidShard && !entered_once_.exchange(true)) {
+        entered_.set_value();
+        released_.wait();
+      }
+      return Status();
+    };
+  }
+  void wait_entered() { entered_.get_future().wait(); }
+  void open() {
+    if (!opened_.exchange(true)) release_.set_value();
+  }
+  ~InFlightGate() { open(); }
+
+ private:
+  std::atomic<bool> entered_once_{false}, opened_{false};
+  std::promise<void> entered_, release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+CheckpointOptions gated_options(const std::string& dir, BusyPolicy policy, InFlightGate& gate) {
   CheckpointOptions o = small_options(dir);
-  o.max_write_mbps = 0.2;  // 64 KiB of incompressible data: ~0.3 s
   o.busy_policy = policy;
+  o.fault_hook = gate.hook();
   return o;
+}
+
+// The scheduling state of thread `tid` of this process ('R', 'S', ...; /proc/self/task/TID/stat).
+char thread_state(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
 }
 
 TEST(SaveLoad, ASaveWhileOneIsInFlightIsSkippedUnderTheSkipPolicy) {
   ScratchDir dir("skip");
-  auto ck = make(slow_options(dir.path(), BusyPolicy::kSkip));
+  std::unique_ptr<Checkpointer> ck;
+  InFlightGate gate;  // destroyed first: never leaves the checkpointer's destructor waiting
+  ck = make(gated_options(dir.path(), BusyPolicy::kSkip, gate));
   std::vector<std::byte> data =
       testing::pattern({"x", hal::DType::kF32, {16384}}, full_slice({16384}), 1);
   ASSERT_TRUE(ck->registry()
                   .add_host_tensor("x", hal::DType::kF32, {16384}, full_slice({16384}), data.data())
                   .ok());
   ASSERT_FALSE(ck->save_async(1)->skipped);
+  gate.wait_entered();
   EXPECT_TRUE(ck->busy());
   auto second = ck->save_async(2);
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->skipped);
+  gate.open();
   auto result = ck->wait();
-  ASSERT_TRUE(result->status.ok());
+  ASSERT_TRUE(result->status.ok()) << result->status.to_string();
   EXPECT_EQ(result->step, 1);
   EXPECT_EQ(read_latest(dir.path()).value(), 1);
 }
 
 TEST(SaveLoad, ASaveWhileOneIsInFlightWaitsUnderTheWaitPolicy) {
   ScratchDir dir("wait");
-  auto ck = make(slow_options(dir.path(), BusyPolicy::kWait));
+  std::unique_ptr<Checkpointer> ck;
+  InFlightGate gate;
+  ck = make(gated_options(dir.path(), BusyPolicy::kWait, gate));
   std::vector<std::byte> data =
       testing::pattern({"x", hal::DType::kF32, {16384}}, full_slice({16384}), 1);
   ASSERT_TRUE(ck->registry()
                   .add_host_tensor("x", hal::DType::kF32, {16384}, full_slice({16384}), data.data())
                   .ok());
   ASSERT_FALSE(ck->save_async(1)->waited);
-  auto second = ck->save_async(2);
-  ASSERT_TRUE(second.ok());
+  gate.wait_entered();
+  // The second save runs on another thread; the gate opens only once that thread sleeps, which on
+  // this path is the wait for the first save (nothing else in save_async blocks).
+  std::atomic<pid_t> tid{0};
+  Result<SaveStart> second = internal_error("not run");
+  std::thread caller([&] {
+    tid = ::gettid();
+    second = ck->save_async(2);
+  });
+  while (tid.load() == 0 || thread_state(tid.load()) != 'S') std::this_thread::yield();
+  gate.open();
+  caller.join();
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_TRUE(second->waited);
   EXPECT_FALSE(second->skipped);
   auto result = ck->wait();
   ASSERT_TRUE(result->status.ok()) << result->status.to_string();
   EXPECT_EQ(result->step, 2);
   EXPECT_EQ(read_latest(dir.path()).value(), 2);
+}
+
+// Names and text that go into JSON must be UTF-8 (nlohmann's dump throws otherwise): refused where
+// they enter, naming the field, instead of failing (or aborting) every save.
+TEST(SaveLoad, NonUtf8NamesAndMetadataAreRefusedNamingTheField) {
+  ScratchDir dir("utf8");
+  auto ck = make(small_options(dir.path()));
+  std::string rng;
+  Status blob = ck->registry().add_blob(std::string("rng\xff"), &rng);
+  EXPECT_EQ(blob.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(blob.message().find("UTF-8"), std::string::npos) << blob.message();
+  float x = 0;
+  Status tensor =
+      ck->registry().add_host_tensor("w\xc3", hal::DType::kF32, {1}, full_slice({1}), &x);
+  EXPECT_EQ(tensor.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ck->registry().add_blob("r\xc3\xa9ng", &rng).ok()) << "valid UTF-8 (e-acute)";
+
+  CheckpointOptions o = small_options(dir.path());
+  o.metadata["run"] = "bad\x80";
+  auto refused = Checkpointer::create(o, std::make_shared<SingleRankGroup>());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("'metadata' entry 'run'"), std::string::npos)
+      << refused.status().message();
+  o = small_options(dir.path());
+  o.layout = "tp=2\xfe";
+  refused = Checkpointer::create(o, std::make_shared<SingleRankGroup>());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("'layout'"), std::string::npos)
+      << refused.status().message();
+}
+
+TEST(SaveLoad, ChunksAboveTheLimitAreRefusedAtCreate) {
+  ScratchDir dir("bigchunk");
+  CheckpointOptions o = small_options(dir.path());
+  o.chunk_bytes = static_cast<size_t>(kMaxChunkBytes) + 1;
+  auto refused = Checkpointer::create(o, std::make_shared<SingleRankGroup>());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("chunk_bytes"), std::string::npos)
+      << refused.status().message();
+}
+
+TEST(SaveLoad, APlacementOutsideTheTensorIsRefusedNamingTheField) {
+  ScratchDir dir("badplacement");
+  auto ck = make(small_options(dir.path()));
+  std::vector<float> w(8 * 6);
+  ASSERT_TRUE(ck->registry()
+                  .add_host_tensor("w", hal::DType::kF32, {8, 6}, full_slice({8, 6}), w.data())
+                  .ok());
+  Status expert = ck->registry().set_placement("w", Placement{.expert_dim = 2});
+  EXPECT_EQ(expert.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(expert.message().find("expert_dim=2"), std::string::npos) << expert.message();
+  Status layer = ck->registry().set_placement("w", Placement{.layer = -2});
+  EXPECT_EQ(layer.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(layer.message().find("layer=-2"), std::string::npos) << layer.message();
+  EXPECT_TRUE(ck->registry().set_placement("w", Placement{.layer = 3, .expert_dim = 1}).ok());
+}
+
+TEST(SaveLoad, LoadingIntoAnotherShapeNamesBothShapesAndTheStep) {
+  ScratchDir dir("shape");
+  std::vector<float> w(8 * 6, 1.0f);
+  {
+    auto ck = make(small_options(dir.path()));
+    ASSERT_TRUE(ck->registry()
+                    .add_host_tensor("w", hal::DType::kF32, {8, 6}, full_slice({8, 6}), w.data())
+                    .ok());
+    ASSERT_TRUE(ck->save_async(4).ok());
+    ASSERT_TRUE(ck->wait()->status.ok());
+  }
+  auto ck = make(small_options(dir.path()));
+  ASSERT_TRUE(ck->registry()
+                  .add_host_tensor("w", hal::DType::kF32, {6, 8}, full_slice({6, 8}), w.data())
+                  .ok());
+  auto loaded = ck->load();
+  ASSERT_FALSE(loaded.ok());
+  const std::string& m = loaded.status().message();
+  EXPECT_NE(m.find("step 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("[8, 6]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[6, 8]"), std::string::npos) << m;
 }
 
 // 1 Mi floats of incompressible content in 64 chunks; deltas against the full save.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -53,6 +54,18 @@ namespace fsys = std::filesystem;
   throw CLI::RuntimeError(code);
 }
 
+// The N of "step-N"; fails the command naming `path` when it does not fit in int64
+// (std::stoll would throw out_of_range and abort the command).
+int64_t step_number(const std::string& sub, std::string_view digits, const std::string& path) {
+  int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size()) {
+    fail(sub, invalid_argument("'" + path + "': step number '" + std::string(digits) +
+                               "' is out of range"));
+  }
+  return step;
+}
+
 // "DIR" (the step `latest` names, or every step with all=true) or "DIR/step-N".
 struct Target {
   std::string root;
@@ -66,7 +79,7 @@ Target resolve(const std::string& sub, const std::string& path, bool all_steps) 
   if (name.rfind("step-", 0) == 0 && fsys::exists(p / "manifest.json")) {
     const std::string digits = name.substr(5);
     if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
-      return Target{p.parent_path().string(), {std::stoll(digits)}};
+      return Target{p.parent_path().string(), {step_number(sub, digits, path)}};
     }
   }
   if (!fsys::is_directory(p)) fail(sub, not_found("'" + path + "' is not a directory"));
@@ -348,7 +361,7 @@ void run_reshard(const ReshardArgs& a) {
         name.find_first_not_of("0123456789", 5) == std::string::npos) {
       root = p.parent_path().string();
       if (root.empty()) root = ".";
-      o.step = std::stoll(name.substr(5));
+      o.step = step_number("reshard", std::string_view(name).substr(5), a.src);
     }
   }
   std::ifstream file(a.plan);

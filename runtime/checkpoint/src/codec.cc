@@ -317,7 +317,12 @@ Status ChunkReader::read_blob(const BlobRecord& blob, std::string* out) {
         read(blob.chunks[i], chunk.data(), "blob '" + blob.name + "' chunk " + std::to_string(i)));
     out->append(chunk);
   }
-  if (out->size() != blob.size) return data_loss("blob '" + blob.name + "': size mismatch");
+  if (out->size() != blob.size) {
+    return data_loss("blob '" + blob.name + "' of rank " + std::to_string(blob.rank) +
+                     (blob.chunks.empty() ? "" : " in '" + blob.chunks[0].data.file + "'") +
+                     ": chunks hold " + std::to_string(out->size()) + " bytes, manifest says " +
+                     std::to_string(blob.size));
+  }
   return Status();
 }
 

@@ -60,16 +60,21 @@ struct Agreement {
 };
 
 // Decides from the gathered metadata, identically on every rank.
-Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int64_t step) {
+// *reading: the rank whose metadata is being read, so a JSON type error can name it.
+Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int64_t step,
+                        size_t* reading) {
   Agreement a;
   std::vector<Json> metas;
-  for (const auto& text : gathered) {
-    Json j = Json::parse(text, nullptr, false);
-    if (j.is_discarded()) return internal_error("malformed save metadata from a rank");
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    Json j = Json::parse(gathered[r], nullptr, false);
+    if (j.is_discarded()) {
+      return internal_error("malformed save metadata from rank " + std::to_string(r));
+    }
     metas.push_back(std::move(j));
   }
   a.delta = true;
   for (size_t r = 0; r < metas.size(); ++r) {
+    *reading = r;
     if (metas[r]["step"].get<int64_t>() != step) {
       return failed_precondition("ranks disagree on the step: rank " + std::to_string(r) +
                                  " saves " + std::to_string(metas[r]["step"].get<int64_t>()) +
@@ -84,6 +89,7 @@ Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int6
   std::set<std::string> written;  // replicated name@slice already claimed by a lower rank
   std::set<std::string> blob_written;
   for (size_t r = 0; r < metas.size(); ++r) {
+    *reading = r;
     for (const Json& t : metas[r]["tensors"]) {
       const std::string name = t["name"].get<std::string>();
       Slice slice{t["offset"].get<std::vector<int64_t>>(), t["len"].get<std::vector<int64_t>>()};
@@ -99,10 +105,18 @@ Result<Agreement> agree(const std::vector<std::string>& gathered, int rank, int6
                                   " registered another dtype or global shape than a lower rank");
         }
       }
-      if (t.contains("placement") && !a.tensors[index.at(name)].placement) {
+      std::optional<Placement> placement;
+      if (t.contains("placement")) {
         const auto p = t["placement"].get<std::vector<int>>();
-        a.tensors[index.at(name)].placement =
-            Placement{p.at(0), p.at(1), p.at(2), p.at(3), p.at(4)};
+        placement = Placement{p.at(0), p.at(1), p.at(2), p.at(3), p.at(4)};
+      }
+      if (fresh) {
+        a.tensors[it->second].placement = placement;
+      } else if (a.tensors[it->second].placement != placement) {
+        // The manifest records one placement per tensor; resharding by the wrong one would
+        // silently scramble the tensor.
+        return invalid_argument("tensor '" + name + "': rank " + std::to_string(r) +
+                                " registered another placement than a lower rank");
       }
       bool writes = true;
       if (t["replicated"].get<bool>()) writes = written.insert(shard_key(name, slice)).second;
@@ -234,7 +248,43 @@ static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt
   return impl.fault(FaultPoint::kAfterShards);
 }
 
-// Rank 0: the manifest, the rename and `latest`. On failure nothing is published.
+// An existing step-N/ before the rename: committed (N <= latest) is refused; an unpublished one
+// (N > latest, or no `latest`: a crash between the rename and `latest`) is replaced. It is moved
+// into step-N.tmp/ first, so a crash mid-delete never leaves a half-deleted "committed" step.
+static Status replace_unpublished(const std::string& root, int64_t step,
+                                  const std::string& tmp_dir) {
+  const std::string final_rel = step_dir_name(step);
+  const std::string final_dir = fs::join(root, final_rel);
+  if (!fs::exists(final_dir)) return Status();
+  auto latest = read_latest(root);
+  if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
+    return latest.status().with_context("'" + final_dir + "' exists and 'latest' is unreadable");
+  }
+  if (latest.ok() && step <= *latest) {
+    return already_exists("'" + final_dir + "' is already committed (latest is step " +
+                          std::to_string(*latest) + ")");
+  }
+  const std::string doomed = fs::join(tmp_dir, "replaced-" + final_rel);
+  TSR_RETURN_IF_ERROR(fs::rename_path(final_dir, doomed));
+  return fs::remove_all(doomed);
+}
+
+// Refuses to publish a step-N.tmp/ holding anything but the manifest and this save's shards.
+static Status check_no_strays(const std::string& tmp_dir, const Manifest& m) {
+  std::set<std::string> expected{"manifest.json"};
+  for (const auto& f : m.files) expected.insert(f.name.substr(f.name.find('/') + 1));
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> names, fs::list_dir(tmp_dir));
+  for (const auto& name : names) {
+    if (!expected.count(name)) {
+      return internal_error("'" + fs::join(tmp_dir, name) + "' is not part of the save of step " +
+                            std::to_string(m.step) + " (a stray file); not publishing it");
+    }
+  }
+  return Status();
+}
+
+// Rank 0: the manifest, the rename and `latest`. On failure nothing is published, except when
+// `latest` was already replaced (then the error says so).
 static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, const Agreement& a,
                      int64_t step, int world, const std::vector<std::string>& reports) {
   Manifest m;
@@ -265,23 +315,23 @@ static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, con
       fs::write_file(fs::join(tmp_dir, "manifest.json"), manifest_to_json(m), opt.fsync));
   if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(tmp_dir));
   TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kAfterManifest));
-  if (fs::exists(final_dir)) {
-    auto latest = read_latest(opt.dir);
-    if (latest.ok() && *latest == step) {
-      return already_exists("step " + std::to_string(step) + " is already committed");
-    }
-    // An unpublished directory of the same step (a crash before `latest`): replace it.
-    TSR_RETURN_IF_ERROR(fs::remove_all(final_dir));
-  }
+  TSR_RETURN_IF_ERROR(replace_unpublished(opt.dir, step, tmp_dir));
+  TSR_RETURN_IF_ERROR(check_no_strays(tmp_dir, m));
   TSR_RETURN_IF_ERROR(fs::rename_path(tmp_dir, final_dir));
   if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(opt.dir));
-  Status published = fs::replace_file(fs::join(opt.dir, "latest"), final_rel + "\n", opt.fsync,
-                                      [&] { return impl.fault(FaultPoint::kDuringLatest); });
-  if (!published.ok()) {
-    fs::remove_all(final_dir).ignore();
-    return published.with_context("publishing step " + std::to_string(step));
+  bool renamed = false;
+  Status published = fs::replace_file(
+      fs::join(opt.dir, "latest"), final_rel + "\n", opt.fsync,
+      [&] { return impl.fault(FaultPoint::kDuringLatest); }, &renamed);
+  if (published.ok()) return Status();
+  if (renamed) {
+    // `latest` names step-N/ now: deleting it would leave `latest` naming nothing.
+    return published.with_context("step " + std::to_string(step) +
+                                  " was published ('latest' names '" + final_rel +
+                                  "') but its durability is unknown");
   }
-  return Status();
+  fs::remove_all(final_dir).ignore();
+  return published.with_context("publishing step " + std::to_string(step));
 }
 
 Status Checkpointer::Impl::run_gc(int64_t just_committed) {
@@ -299,7 +349,12 @@ Status Checkpointer::Impl::run_gc(int64_t just_committed) {
   }
   for (int64_t step : std::set<int64_t>(keep)) {
     auto m = read_manifest(opt.dir, step);
-    if (m.ok() && m->delta) keep.insert(m->base_step);
+    if (!m.ok()) {
+      // A kept delta's base is unknown: deleting anything might delete it. Try next round.
+      return m.status().with_context("skipped, nothing deleted: kept step " + std::to_string(step) +
+                                     " has an unreadable manifest");
+    }
+    if (m->delta) keep.insert(m->base_step);
   }
   for (const StepInfo& s : steps) {
     if (s.committed && keep.count(s.step)) continue;
@@ -342,16 +397,23 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
     return r;
   };
 
-  // A: agree on the step, delta or full, and who writes what.
+  // A: agree on the step, delta or full, and who writes what. Rank 0 first removes a step-N.tmp/
+  // left by a crashed save (perhaps of a larger world, whose stray shards would otherwise be
+  // renamed into step-N/); no rank writes before the allgather, which waits for rank 0.
   const bool want_delta =
       opt.full_every > 1 && base.step >= 0 && saves_since_full < opt.full_every - 1;
+  Status cleared;
+  if (rank == 0) cleared = fs::remove_all(tmp_dir);
+  if (!cleared.ok()) TSR_LOG(kWarn, "ckpt") << what << ": " << cleared.to_string();
   auto gathered = group.allgather(metadata_message(reg, step, want_delta, base.step));
   if (!gathered.ok()) return finish(gathered.status().with_context(what + ": metadata exchange"));
-  Result<Agreement> agreed = internal_error("malformed save metadata from a rank");
+  Result<Agreement> agreed = internal_error("no agreement");
+  size_t reading = 0;
   try {
-    agreed = agree(*gathered, rank, step);
+    agreed = agree(*gathered, rank, step, &reading);
   } catch (const std::exception& e) {
-    agreed = internal_error(std::string("malformed save metadata from a rank: ") + e.what());
+    agreed = internal_error("malformed save metadata from rank " + std::to_string(reading) + ": " +
+                            e.what());
   }
   if (!agreed.ok()) return finish(agreed.status().with_context(what + " aborted"));
   const Agreement& a = *agreed;
@@ -361,7 +423,8 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
   // B: this rank's shard.
   Manifest mine;
   mine.step = step;
-  Status local = write_shard(*this, opt, reg, snap, a, rank, &mine, &r);
+  Status local = cleared.ok() ? write_shard(*this, opt, reg, snap, a, rank, &mine, &r)
+                              : cleared.with_context("clearing a stale '" + tmp_dir + "'");
 
   // C: every rank's outcome to every rank (rank 0 needs the records).
   auto reports = group.allgather(encode_outcome(local, manifest_to_json(mine)));
@@ -418,6 +481,32 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
     done.gc_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - gc_start).count();
   }
   return done;
+}
+
+SaveResult Checkpointer::Impl::persist_guarded(Snapshot& snap, const SaveStart& start) {
+  // An exception escaping the worker thread would std::terminate the training process (a JSON
+  // type error, bad_alloc): it fails this save instead, and this rank's partial files go.
+  std::string error;
+  try {
+    return persist(snap, start);
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "unknown exception";
+  }
+  const CheckpointOptions& opt = self->options_;
+  const int rank = self->group_->rank();
+  const std::string tmp_dir = fs::join(opt.dir, step_dir_name(start.step) + ".tmp");
+  ::unlink(fs::join(tmp_dir, shard_file_name(rank)).c_str());
+  if (rank == 0) fs::remove_all(tmp_dir).ignore();
+  base = DeltaBase{};  // the base may be half-updated: start again from a full save
+  saves_since_full = 0;
+  SaveResult r;
+  r.step = start.step;
+  r.blocking_s = start.blocking_s;
+  r.status = internal_error("save of step " + std::to_string(start.step) + " on rank " +
+                            std::to_string(rank) + ": exception: " + error);
+  return r;
 }
 
 }  // namespace tessera::ckpt

@@ -86,17 +86,17 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 Status replace_file(const std::string& path, std::string_view bytes, bool sync,
-                    const std::function<Status()>& before_rename) {
+                    const std::function<Status()>& before_rename, bool* renamed) {
+  if (renamed) *renamed = false;
   const std::string tmp = path + ".tmp";
-  TSR_RETURN_IF_ERROR(write_file(tmp, bytes, sync));
-  if (before_rename) {
-    Status s = before_rename();
-    if (!s.ok()) {
-      ::unlink(tmp.c_str());
-      return s;
-    }
+  Status s = write_file(tmp, bytes, sync);
+  if (s.ok() && before_rename) s = before_rename();
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // a partial or unwanted `path`.tmp must not linger
+    return s;
   }
   TSR_RETURN_IF_ERROR(rename_path(tmp, path));
+  if (renamed) *renamed = true;
   if (sync) TSR_RETURN_IF_ERROR(fsync_parent(path));
   return Status();
 }

@@ -23,8 +23,10 @@ Status fsync_parent(const std::string& path);
 Status write_file(const std::string& path, std::string_view bytes, bool sync);
 Result<std::string> read_file(const std::string& path);
 // Writes `path`.tmp, fsyncs, renames over `path`, fsyncs the parent. `before_rename` runs between.
+// A failure before the rename removes `path`.tmp. *renamed (when given) says whether `path` was
+// replaced: an error with *renamed true means the new content is visible but maybe not durable.
 Status replace_file(const std::string& path, std::string_view bytes, bool sync,
-                    const std::function<Status()>& before_rename = {});
+                    const std::function<Status()>& before_rename = {}, bool* renamed = nullptr);
 Status rename_path(const std::string& from, const std::string& to);
 Status remove_all(const std::string& path);  // rm -rf; a missing path is OK
 bool exists(const std::string& path);

@@ -65,7 +65,7 @@ struct Checkpointer::Impl {
   struct Replica {
     int owner = -1;
     int64_t step = -1;
-    std::string header;  // JSON: step, tensor names and sizes, blobs
+    std::string header;  // serialize_snapshot: JSON (step, tensor names and sizes) + blob bytes
     std::string bytes;   // the raw tensor bytes, laid out like a Snapshot
   } replica;
 
@@ -74,12 +74,15 @@ struct Checkpointer::Impl {
   void worker_loop();
   // commit.cc: the whole background save of one snapshot.
   SaveResult persist(Snapshot& snap, const SaveStart& start);
+  // persist() with any exception turned into a failed SaveResult (and step-N.tmp cleaned up).
+  SaveResult persist_guarded(Snapshot& snap, const SaveStart& start);
   Status run_gc(int64_t just_committed);
   Status fault(FaultPoint point) const;
   // replica.cc
   Status exchange_replica(const Snapshot& snap, double* seconds);
   std::string serialize_snapshot(const Snapshot& snap) const;  // the header
-  Status apply_serialized(std::string_view header, std::string_view data);
+  // `from`: the rank that sent the replica (for errors).
+  Status apply_serialized(std::string_view header, std::string_view data, int from);
   // load.cc: the registered memory from a staged buffer laid out like a snapshot.
   Status write_back(const std::byte* data, const std::vector<std::string>& blobs);
   Status load_step(int64_t step, Snapshot& staging, LoadResult* result);

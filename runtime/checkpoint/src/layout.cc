@@ -8,17 +8,28 @@ namespace {
 
 using Json = nlohmann::json;
 
+// An integer field in [lo, hi]; read as int64 first so 4294967297 is refused, not wrapped to 1.
 Status field_int(const Json& j, const char* field, const std::string& where, int lo, int* out,
-                 bool required) {
+                 bool required, int64_t hi = kMaxLayoutDegree) {
   if (!j.contains(field)) {
     if (!required) return Status();
     return invalid_argument(where + ": missing field '" + field + "'");
   }
-  if (!j[field].is_number_integer() || j[field].get<int64_t>() < lo) {
-    return invalid_argument(where + ": field '" + field +
-                            "' must be an integer >= " + std::to_string(lo));
+  const Json& v = j[field];
+  bool integer = v.is_number_integer();
+  int64_t value = 0;
+  if (v.is_number_unsigned()) {
+    // Above INT64_MAX get<int64_t>() would wrap: refuse it as out of range.
+    integer = v.get<uint64_t>() <= uint64_t(hi);
+    value = integer ? static_cast<int64_t>(v.get<uint64_t>()) : 0;
+  } else if (integer) {
+    value = v.get<int64_t>();
   }
-  *out = j[field].get<int>();
+  if (!integer || value < lo || value > hi) {
+    return invalid_argument(where + ": field '" + field + "' must be an integer in " +
+                            std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  *out = static_cast<int>(value);
   return Status();
 }
 
@@ -41,6 +52,34 @@ Status parse_placements(const Json& tensors, const std::string& where,
 }
 
 }  // namespace
+
+Status check_layout_bounds(const ParallelLayout& l, std::string_view where) {
+  const std::pair<const char*, int> degrees[] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp},
+                                                 {"cp", l.cp}, {"ep", l.ep}, {"vp", l.vp}};
+  for (const auto& [field, value] : degrees) {
+    if (value < 1 || value > kMaxLayoutDegree) {
+      return invalid_argument(std::string(where) + ": field '" + field + "' is " +
+                              std::to_string(value) + ", must be in 1.." +
+                              std::to_string(kMaxLayoutDegree));
+    }
+  }
+  const int64_t ranks = int64_t(l.tp) * l.cp * l.dp * l.pp;  // each <= 2^20: no int64 overflow
+  if (ranks > kMaxLayoutRanks) {
+    return invalid_argument(std::string(where) + ": tp*cp*dp*pp is " + std::to_string(ranks) +
+                            " ranks, above the limit of " + std::to_string(kMaxLayoutRanks));
+  }
+  if (l.zero < 0 || l.zero > 3) {
+    return invalid_argument(std::string(where) + ": field 'zero' must be 0..3");
+  }
+  for (int layers : l.stage_layers) {
+    if (layers < 0 || layers > kMaxLayoutDegree) {
+      return invalid_argument(std::string(where) + ": 'stage_layers' entry " +
+                              std::to_string(layers) + " is outside 0.." +
+                              std::to_string(kMaxLayoutDegree));
+    }
+  }
+  return Status();
+}
 
 std::string ParallelLayout::text() const {
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
@@ -87,16 +126,18 @@ Result<ParallelLayout> parse_layout_json(std::string_view text, std::string_view
     const Json& s = (*plan)["stage_layers"];
     if (!s.is_array()) return invalid_argument(w + ": 'stage_layers' must be an array");
     for (const Json& v : s) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-        return invalid_argument(w + ": 'stage_layers' must hold integers >= 0");
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLayoutDegree) {
+        return invalid_argument(w + ": 'stage_layers' must hold integers in 0.." +
+                                std::to_string(kMaxLayoutDegree));
       }
-      l.stage_layers.push_back(v.get<int>());
+      l.stage_layers.push_back(static_cast<int>(v.get<int64_t>()));
     }
     if (!l.stage_layers.empty() && static_cast<int>(l.stage_layers.size()) != l.pp) {
       return invalid_argument(w + ": 'stage_layers' has " + std::to_string(l.stage_layers.size()) +
                               " stages, pp is " + std::to_string(l.pp));
     }
   }
+  TSR_RETURN_IF_ERROR(check_layout_bounds(l, w));
   if (plan->contains("tensors")) {
     TSR_RETURN_IF_ERROR(parse_placements((*plan)["tensors"], w, placements));
   }
@@ -111,6 +152,7 @@ Result<std::optional<Slice>> layout_slice(const std::string& name,
                                           const std::optional<Placement>& placement,
                                           const ParallelLayout& layout, int rank,
                                           bool* replicated) {
+  TSR_RETURN_IF_ERROR(check_layout_bounds(layout, "layout " + layout.text()));
   if (rank < 0 || rank >= layout.size()) {
     return invalid_argument("rank " + std::to_string(rank) + " is outside " + layout.text());
   }

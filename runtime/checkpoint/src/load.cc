@@ -13,6 +13,16 @@
 #include "tessera/common/log.h"
 
 namespace tessera::ckpt {
+namespace {
+
+// "[4096, 1024]"
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) out += (d ? ", " : "") + std::to_string(shape[d]);
+  return out + "]";
+}
+
+}  // namespace
 
 void Checkpointer::Impl::wait_idle() {
   std::unique_lock lock(mu);
@@ -42,9 +52,10 @@ Status Checkpointer::Impl::load_step(int64_t step, Snapshot& staging, LoadResult
     if (rec == nullptr)
       return not_found("tensor '" + t.name + "' is not in step " + std::to_string(step));
     if (rec->dtype != hal::dtype_name(t.dtype) || rec->shape != t.shape) {
-      return invalid_argument("tensor '" + t.name + "': saved as " + rec->dtype +
-                              " of another "
-                              "shape or dtype than registered");
+      return invalid_argument("tensor '" + t.name + "': step " + std::to_string(step) +
+                              " saved it as " + rec->dtype + " " + shape_text(rec->shape) +
+                              ", registered as " + std::string(hal::dtype_name(t.dtype)) + " " +
+                              shape_text(t.shape));
     }
     int64_t covered = 0;
     for (const ShardRecord& s : rec->shards) {

@@ -1,6 +1,7 @@
 #include "tessera/checkpoint/manifest.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -210,6 +211,12 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view where) {
             sr.chunk_bytes == 0) {
           return data_loss(w + ": tensor '" + r.name + "': malformed shard");
         }
+        if (sr.chunk_bytes > kMaxChunkBytes) {
+          return data_loss(w + ": tensor '" + r.name + "': shard of rank " +
+                           std::to_string(sr.rank) + " has chunk_bytes " +
+                           std::to_string(sr.chunk_bytes) + ", above the limit of " +
+                           std::to_string(kMaxChunkBytes));
+        }
         r.shards.push_back(std::move(sr));
       }
       if (t.contains("placement")) {
@@ -256,7 +263,16 @@ Result<int64_t> read_latest(const std::string& root) {
       text.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
     return data_loss("'" + path + "' is malformed: '" + text + "'");
   }
-  return std::stoll(text.substr(prefix.size()));
+  // from_chars: a 20-digit step must be an error naming the file, not an out_of_range throw.
+  int64_t step = 0;
+  const char* first = text.data() + prefix.size();
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last) {
+    return data_loss("'" + path + "' names step '" + std::string(first, last) +
+                     "', which is out of range");
+  }
+  return step;
 }
 
 Result<std::vector<StepInfo>> list_steps(const std::string& root) {
@@ -274,7 +290,11 @@ Result<std::vector<StepInfo>> list_steps(const std::string& root) {
         digits.find_first_not_of("0123456789") != std::string::npos) {
       continue;
     }
-    out.push_back(StepInfo{std::stoll(digits), !tmp, name});
+    int64_t step = 0;
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc()) {
+      continue;  // not a step directory of ours (cannot happen with <= 18 digits)
+    }
+    out.push_back(StepInfo{step, !tmp, name});
   }
   std::sort(out.begin(), out.end(), [](const StepInfo& a, const StepInfo& b) {
     return a.step != b.step ? a.step < b.step : a.committed > b.committed;

@@ -61,7 +61,12 @@ Status copy_overlap(codec::ChunkReader& reader, const TensorRecord& tensor, cons
       if (c != cached) {
         const ChunkRecord& rec = src.chunks[c];
         const uint64_t expect = std::min<uint64_t>(cb, src_bytes - c * cb);
-        if (rec.raw != expect) return data_loss("tensor '" + tensor.name + "': bad chunk size");
+        if (rec.raw != expect) {
+          return data_loss("tensor '" + tensor.name + "' shard of rank " +
+                           std::to_string(src.rank) + " chunk " + std::to_string(c) + " in '" +
+                           rec.data.file + "': raw size " + std::to_string(rec.raw) +
+                           ", expected " + std::to_string(expect));
+        }
         chunk.resize(rec.raw);
         TSR_RETURN_IF_ERROR(reader.read(rec, chunk.data(),
                                         "tensor '" + tensor.name + "' shard of rank " +

@@ -28,14 +28,66 @@ void cycle_position(int rank, int size, int stride, int* pos, int* length) {
 
 }  // namespace
 
+// The replica header: an 8-byte little-endian length, a JSON part (step, tensor names and sizes,
+// blob sizes) and then the blobs' raw bytes. Blob contents (RNG states, cursors) are arbitrary
+// bytes, so they never go into JSON strings: nlohmann refuses to dump invalid UTF-8.
 std::string Checkpointer::Impl::serialize_snapshot(const Snapshot& snap) const {
-  Json header = {{"step", snap.step}, {"tensors", Json::array()}, {"blobs", Json::array()}};
+  Json header = {{"step", snap.step}, {"tensors", Json::array()}, {"blob_bytes", Json::array()}};
   for (const auto& t : self->registry_.tensors()) {
     header["tensors"].push_back({{"name", t.name}, {"bytes", t.bytes()}});
   }
-  for (const auto& b : snap.blobs) header["blobs"].push_back(b);
-  return header.dump();
+  for (const auto& b : snap.blobs) header["blob_bytes"].push_back(b.size());
+  const std::string json = header.dump();
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += json;
+  for (const auto& b : snap.blobs) out += b;
+  return out;
 }
+
+namespace {
+
+struct ReplicaHeader {
+  Json json;
+  std::vector<std::string> blobs;
+};
+
+// Splits a header made by serialize_snapshot; `from` names the sender in errors.
+Result<ReplicaHeader> parse_replica_header(std::string_view message, const std::string& from) {
+  const std::string what = "replica header from " + from;
+  if (message.size() < 8) return data_loss(what + ": " + std::to_string(message.size()) + " bytes");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(message[i])) << (8 * i);
+  if (n > message.size() - 8) {
+    return data_loss(what + ": JSON part of " + std::to_string(n) + " bytes, message has " +
+                     std::to_string(message.size()));
+  }
+  ReplicaHeader h;
+  h.json = Json::parse(message.substr(8, n), nullptr, false);
+  if (h.json.is_discarded() || !h.json.is_object()) return data_loss(what + ": malformed JSON");
+  try {
+    size_t at = 8 + n;
+    for (const Json& size : h.json.at("blob_bytes")) {
+      const uint64_t len = size.get<uint64_t>();
+      if (len > message.size() - at) {
+        return data_loss(what + ": blob " + std::to_string(h.blobs.size()) + " of " +
+                         std::to_string(len) + " bytes overruns the message");
+      }
+      h.blobs.emplace_back(message.substr(at, len));
+      at += len;
+    }
+    if (at != message.size()) {
+      return data_loss(what + ": " + std::to_string(message.size() - at) + " trailing bytes");
+    }
+    (void)h.json.at("step").get<int64_t>();
+  } catch (const std::exception& e) {
+    return data_loss(what + ": " + e.what());
+  }
+  return h;
+}
+
+}  // namespace
 
 Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* seconds) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -55,11 +107,10 @@ Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* second
   auto recv = [&]() -> Status {
     TSR_ASSIGN_OR_RETURN(std::string header, group.recv(source));
     TSR_ASSIGN_OR_RETURN(std::string data, group.recv(source));
-    Json h = Json::parse(header, nullptr, false);
-    if (h.is_discarded())
-      return data_loss("replica from rank " + std::to_string(source) + ": malformed header");
+    TSR_ASSIGN_OR_RETURN(ReplicaHeader h,
+                         parse_replica_header(header, "rank " + std::to_string(source)));
     replica.owner = source;
-    replica.step = h["step"].get<int64_t>();
+    replica.step = h.json["step"].get<int64_t>();
     replica.header = std::move(header);
     replica.bytes = std::move(data);
     return Status();
@@ -75,24 +126,36 @@ Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* second
   return Status();
 }
 
-Status Checkpointer::Impl::apply_serialized(std::string_view header, std::string_view data) {
-  Json h = Json::parse(header, nullptr, false);
-  if (h.is_discarded()) return data_loss("replica: malformed header");
+Status Checkpointer::Impl::apply_serialized(std::string_view header, std::string_view data,
+                                            int from) {
+  const std::string source = "rank " + std::to_string(from);
+  TSR_ASSIGN_OR_RETURN(ReplicaHeader h, parse_replica_header(header, source));
   const StateRegistry& reg = self->registry_;
-  const auto& tensors = h["tensors"];
-  if (tensors.size() != reg.tensors().size() || data.size() != reg.total_tensor_bytes()) {
-    return failed_precondition("replica does not match the registry (other tensors or sizes)");
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i]["name"].get<std::string>() != reg.tensors()[i].name ||
-        tensors[i]["bytes"].get<size_t>() != reg.tensors()[i].bytes()) {
-      return failed_precondition("replica: tensor " + std::to_string(i) + " is '" +
-                                 tensors[i]["name"].get<std::string>() + "', registry has '" +
-                                 reg.tensors()[i].name + "'");
+  try {
+    const Json& tensors = h.json.at("tensors");
+    if (tensors.size() != reg.tensors().size() || data.size() != reg.total_tensor_bytes() ||
+        h.blobs.size() != reg.blobs().size()) {
+      return failed_precondition(
+          "replica from " + source + " does not match the registry of rank " +
+          std::to_string(self->group_->rank()) + ": it has " + std::to_string(tensors.size()) +
+          " tensors, " + std::to_string(data.size()) + " bytes, " + std::to_string(h.blobs.size()) +
+          " blobs; the registry has " + std::to_string(reg.tensors().size()) + ", " +
+          std::to_string(reg.total_tensor_bytes()) + ", " + std::to_string(reg.blobs().size()));
     }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].at("name").get<std::string>() != reg.tensors()[i].name ||
+          tensors[i].at("bytes").get<size_t>() != reg.tensors()[i].bytes()) {
+        return failed_precondition("replica from " + source + ": tensor " + std::to_string(i) +
+                                   " is '" + tensors[i].at("name").get<std::string>() + "' (" +
+                                   std::to_string(tensors[i].at("bytes").get<size_t>()) +
+                                   " bytes), registry has '" + reg.tensors()[i].name + "' (" +
+                                   std::to_string(reg.tensors()[i].bytes()) + " bytes)");
+      }
+    }
+  } catch (const std::exception& e) {
+    return data_loss("replica header from " + source + ": " + e.what());
   }
-  return write_back(reinterpret_cast<const std::byte*>(data.data()),
-                    h["blobs"].get<std::vector<std::string>>());
+  return write_back(reinterpret_cast<const std::byte*>(data.data()), h.blobs);
 }
 
 Result<RestoreResult> Checkpointer::restore() {
@@ -155,7 +218,7 @@ Result<RestoreResult> Checkpointer::restore() {
     } else {
       TSR_ASSIGN_OR_RETURN(std::string header, group.recv(server[rank]));
       TSR_ASSIGN_OR_RETURN(std::string data, group.recv(server[rank]));
-      TSR_RETURN_IF_ERROR(impl_->apply_serialized(header, data));
+      TSR_RETURN_IF_ERROR(impl_->apply_serialized(header, data, server[rank]));
       out.detail = "memory of rank " + std::to_string(server[rank]);
     }
     out.step = chosen;

@@ -77,9 +77,11 @@ struct Writer {
 
 }  // namespace
 
-Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std::string& dst_root,
-                                         const ReshardOptions& options) {
+static Result<ReshardResult> reshard_unguarded(const std::string& src_root,
+                                               const std::string& dst_root,
+                                               const ReshardOptions& options) {
   const ParallelLayout& to = options.to;
+  TSR_RETURN_IF_ERROR(check_layout_bounds(to, "reshard: target layout"));
   if (to.tp < 1 || to.pp < 1 || to.dp < 1 || to.cp < 1 || to.ep < 1 || to.dp % to.ep != 0) {
     return invalid_argument("reshard: tp, cp, dp, pp and ep must be >= 1 and ep must divide dp (" +
                             to.text() + ")");
@@ -227,20 +229,42 @@ Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std:
     if (options.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(tmp_dir));
     TSR_RETURN_IF_ERROR(fs::rename_path(tmp_dir, final_dir));
     if (options.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(dst_root));
-    Status published =
-        fs::replace_file(fs::join(dst_root, "latest"), final_rel + "\n", options.fsync);
-    if (!published.ok()) {
-      fs::remove_all(final_dir).ignore();
-      return published.with_context("publishing '" + final_dir + "'");
+    bool renamed = false;
+    Status published = fs::replace_file(fs::join(dst_root, "latest"), final_rel + "\n",
+                                        options.fsync, {}, &renamed);
+    if (published.ok()) return Status();
+    if (renamed) {
+      // `latest` names it: deleting it would leave `latest` naming nothing.
+      return published.with_context("'" + final_dir +
+                                    "' was published but its durability is unknown");
     }
-    return Status();
+    fs::remove_all(final_dir).ignore();
+    return published.with_context("publishing '" + final_dir + "'");
   };
-  Status s = write_all();
+  Status s;
+  try {
+    s = write_all();
+  } catch (const std::exception& e) {
+    // A library throw (bad_alloc, a JSON type error) must not abort the tool or leave the .tmp.
+    s = internal_error(std::string("exception while writing '") + tmp_dir + "': " + e.what());
+  }
   if (!s.ok()) {
     fs::remove_all(tmp_dir).ignore();
     return s.with_context("reshard of '" + src_root + "/" + final_rel + "'");
   }
   return result;
+}
+
+Result<ReshardResult> reshard_checkpoint(const std::string& src_root, const std::string& dst_root,
+                                         const ReshardOptions& options) {
+  // The tool and trainers call this directly: a throw (bad_alloc, length_error) becomes a Status.
+  // The writing phase catches its own and removes step-N.tmp/; nothing else writes.
+  try {
+    return reshard_unguarded(src_root, dst_root, options);
+  } catch (const std::exception& e) {
+    return internal_error("reshard of '" + src_root + "' into '" + dst_root +
+                          "': exception: " + e.what());
+  }
 }
 
 }  // namespace tessera::ckpt

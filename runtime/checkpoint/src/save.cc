@@ -13,6 +13,7 @@
 #include "fs.h"
 #include "impl.h"
 #include "tessera/common/log.h"
+#include "utf8.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -35,6 +36,25 @@ void lower_this_thread(PersistPriority priority) {
     TSR_LOG(kWarn, "ckpt") << "persist thread: nice 19 refused (" << std::strerror(errno)
                            << "); it runs at the normal priority";
   }
+}
+
+// The layout and metadata go into manifest.json; JSON cannot hold invalid UTF-8, and finding
+// that out at the first commit would fail every save.
+Status check_manifest_text(const CheckpointOptions& options) {
+  if (!valid_utf8(options.layout)) {
+    return invalid_argument("checkpointer: option 'layout' is not valid UTF-8");
+  }
+  for (const auto& [key, value] : options.metadata) {
+    if (!valid_utf8(key)) {
+      return invalid_argument("checkpointer: option 'metadata' key '" + escaped(key) +
+                              "' is not valid UTF-8");
+    }
+    if (!valid_utf8(value)) {
+      return invalid_argument("checkpointer: option 'metadata' entry '" + key +
+                              "' is not valid UTF-8");
+    }
+  }
+  return Status();
 }
 
 }  // namespace
@@ -62,6 +82,12 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::create(CheckpointOptions opt
   if (!group) return invalid_argument("checkpointer: no rank group");
   if (options.dir.empty()) return invalid_argument("checkpointer: option 'dir' is empty");
   if (options.chunk_bytes == 0) return invalid_argument("checkpointer: 'chunk_bytes' is 0");
+  if (options.chunk_bytes > kMaxChunkBytes) {
+    return invalid_argument("checkpointer: 'chunk_bytes' is " +
+                            std::to_string(options.chunk_bytes) + ", above the limit of " +
+                            std::to_string(kMaxChunkBytes) + " (a chunk is decoded whole)");
+  }
+  TSR_RETURN_IF_ERROR(check_manifest_text(options));
   if (options.keep_last < 1) return invalid_argument("checkpointer: 'keep_last' must be >= 1");
   if (options.full_every < 1) return invalid_argument("checkpointer: 'full_every' must be >= 1");
   if (options.max_write_mbps < 0) {
@@ -88,7 +114,8 @@ Checkpointer::~Checkpointer() {
     impl_->stop = true;
   }
   impl_->cv.notify_all();
-  impl_->worker.join();
+  // create() can fail (no device stream) before the worker starts.
+  if (impl_->worker.joinable()) impl_->worker.join();
 }
 
 bool Checkpointer::busy() const {
@@ -233,7 +260,7 @@ void Checkpointer::Impl::worker_loop() {
     const int index = job_buffer;
     const SaveStart start = job_start;
     lock.unlock();
-    SaveResult result = persist(buffers[index], start);
+    SaveResult result = persist_guarded(buffers[index], start);
     if (result.status.ok()) {
       TSR_LOG(kInfo, "ckpt") << "step " << start.step << " committed: " << result.bytes_written
                              << " bytes written (" << (result.delta ? "delta" : "full") << ")";

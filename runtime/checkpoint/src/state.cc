@@ -1,5 +1,7 @@
 #include "tessera/checkpoint/state.h"
 
+#include "utf8.h"
+
 namespace tessera::ckpt {
 
 int64_t Slice::elements() const {
@@ -46,6 +48,10 @@ size_t TensorEntry::bytes() const {
 
 Status StateRegistry::check_new_name(std::string_view name) const {
   if (name.empty()) return invalid_argument("state names must not be empty");
+  // Names go into the manifest's and the agreement's JSON, which cannot hold invalid UTF-8.
+  if (!valid_utf8(name)) {
+    return invalid_argument("state name '" + escaped(name) + "' is not valid UTF-8");
+  }
   for (const auto& t : tensors_) {
     if (t.name == name) return already_exists("tensor '" + t.name + "' is already registered");
   }
@@ -130,6 +136,13 @@ Status StateRegistry::set_placement(std::string_view name, Placement placement) 
     if (placement.tp_dim < -1 || placement.tp_dim >= nd) return bad("tp_dim", placement.tp_dim);
     if (placement.zero_dim < -1 || placement.zero_dim >= nd) {
       return bad("zero_dim", placement.zero_dim);
+    }
+    if (placement.expert_dim < -1 || placement.expert_dim >= nd) {
+      return bad("expert_dim", placement.expert_dim);
+    }
+    if (placement.layer < -1) {
+      return invalid_argument("tensor '" + t.name + "': placement layer=" +
+                              std::to_string(placement.layer) + " must be >= -1");
     }
     if (placement.zero_stage < 1 || placement.zero_stage > 3) {
       return invalid_argument("tensor '" + t.name + "': placement zero_stage must be 1..3");

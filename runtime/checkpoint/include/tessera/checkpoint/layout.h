@@ -41,10 +41,18 @@ struct ParallelLayout {
   int zero = 0;                   // ZeRO stage 0..3
   int vp = 1;                     // virtual pipeline chunks per stage (interleaved 1F1B)
   std::vector<int> stage_layers;  // blocks per pipeline stage (needed when pp > 1)
+  // Valid once check_layout_bounds() passed (every parsed layout has): then it cannot overflow.
   int size() const { return tp * cp * dp * pp; }
   // "tp=2 pp=1 dp=2 zero=1" (cp, ep and vp when > 1; what the manifest records as `layout`)
   std::string text() const;
 };
+
+// Bounds that keep size() and slice arithmetic in range: each degree (tp, pp, dp, cp, ep, vp) in
+// 1..kMaxLayoutDegree, tp*cp*dp*pp <= kMaxLayoutRanks, zero 0..3, stage_layers entries in
+// 0..kMaxLayoutDegree. Errors name `where` and the field.
+inline constexpr int64_t kMaxLayoutDegree = int64_t(1) << 20;
+inline constexpr int64_t kMaxLayoutRanks = int64_t(1) << 24;
+Status check_layout_bounds(const ParallelLayout& layout, std::string_view where);
 
 // A layout file: a plan object {"tp","pp","dp","zero"[,"cp"][,"ep"][,"vp"][,"stage_layers"]} or
 // the output of `tessera plan --json` ({"plans": [plan, ...]}; `plan_index` picks one, 0 = the

@@ -23,6 +23,10 @@
 
 namespace tessera::ckpt {
 
+// The largest chunk a save writes or a manifest may declare: a chunk is read, decoded and XORed
+// whole in memory, so a corrupt or hostile `chunk_bytes` must not drive a huge allocation.
+inline constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;
+
 struct ChunkLocation {
   std::string file;  // relative to the root: "step-12/rank-00003.shard"
   uint64_t offset = 0, stored = 0;
