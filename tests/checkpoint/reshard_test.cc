@@ -345,20 +345,38 @@ TEST(Elastic, SurvivorsRebindAndTheRestartedRankRestoresFromItsBuddy) {
   expect_all_exited_zero(exits);
 }
 
-// The library call behind `tessera ckpt reshard` (the CLI tests cover the command): saved under
-// (2,2), rewritten for (4,1), loaded there by 4 ranks bitwise.
-TEST(OfflineReshard, WritesACommittedCheckpointLaidOutForTheNewLayout) {
-  ScratchDir src("offline_src"), dst("offline_dst");
-  auto saved = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
-    auto ck = Checkpointer::create(options_for(src.path()), group);
+// The model of step 10 saved by 4 ranks under (tp=2, dp=2) into `dir`.
+void save_step_10_under_tp2_dp2(const std::string& dir) {
+  expect_all_exited_zero(run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
+    auto ck = Checkpointer::create(options_for(dir), group);
     RANK_OK(ck);
     ModelState state;
     RANK_OK(state.register_in((*ck)->registry(), Layout{2, 2}, rank, 10));
     RANK_OK((*ck)->save_async(10));
     RANK_OK((*ck)->wait()->status);
     return 0;
-  });
-  expect_all_exited_zero(saved);
+  }));
+}
+
+// `dir`'s latest step, loaded by the ranks of `layout`, is the model of step 10, bitwise.
+void expect_step_10_loads_bitwise(const std::string& dir, Layout layout) {
+  expect_all_exited_zero(run_ranks(layout.size(), [&](int rank, std::shared_ptr<RankGroup> group) {
+    auto ck = Checkpointer::create(options_for(dir), group);
+    RANK_OK(ck);
+    ModelState state;
+    RANK_OK(state.register_in((*ck)->registry(), layout, rank, -1));
+    RANK_OK((*ck)->load());
+    const std::string diff = state.check(layout, rank, 10, rank);
+    RANK_CHECK(diff.empty(), diff);
+    return 0;
+  }));
+}
+
+// The library call behind `tessera ckpt reshard` (the CLI tests cover the command): saved under
+// (2,2), rewritten for (4,1), loaded there by 4 ranks bitwise.
+TEST(OfflineReshard, WritesACommittedCheckpointLaidOutForTheNewLayout) {
+  ScratchDir src("offline_src"), dst("offline_dst");
+  save_step_10_under_tp2_dp2(src.path());
   ReshardOptions o;
   o.to = plan_of(Layout{4, 1});
   o.fsync = false;
@@ -371,18 +389,7 @@ TEST(OfflineReshard, WritesACommittedCheckpointLaidOutForTheNewLayout) {
   EXPECT_EQ(m.find_tensor("w1")->shards.size(), 4u);
   EXPECT_EQ(m.files.size(), 4u);
   EXPECT_TRUE(verify_checkpoint(dst.path(), m).ok());
-  auto loaded = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
-    auto ck = Checkpointer::create(options_for(dst.path()), group);
-    RANK_OK(ck);
-    ModelState state;
-    RANK_OK(state.register_in((*ck)->registry(), Layout{4, 1}, rank, -1));
-    auto l = (*ck)->load();
-    RANK_OK(l);
-    const std::string diff = state.check(Layout{4, 1}, rank, 10, rank);
-    RANK_CHECK(diff.empty(), diff);
-    return 0;
-  });
-  expect_all_exited_zero(loaded);
+  expect_step_10_loads_bitwise(dst.path(), Layout{4, 1});
   // The same step again is refused; nothing else changes.
   auto again = reshard_checkpoint(src.path(), dst.path(), o);
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status().to_string();
@@ -393,16 +400,7 @@ TEST(OfflineReshard, WritesACommittedCheckpointLaidOutForTheNewLayout) {
 // dp/ep x cp), then back to (tp=2, dp=2) with w1's own placement, and loaded there bitwise.
 TEST(OfflineReshard, ContextAndExpertParallelLayoutAndBackIsBitwise) {
   ScratchDir src("moe_src"), mid("moe_mid"), back("moe_back");
-  auto saved = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
-    auto ck = Checkpointer::create(options_for(src.path()), group);
-    RANK_OK(ck);
-    ModelState state;
-    RANK_OK(state.register_in((*ck)->registry(), Layout{2, 2}, rank, 10));
-    RANK_OK((*ck)->save_async(10));
-    RANK_OK((*ck)->wait()->status);
-    return 0;
-  });
-  expect_all_exited_zero(saved);
+  save_step_10_under_tp2_dp2(src.path());
   ReshardOptions o;
   o.to.cp = 2;
   o.to.dp = 2;
@@ -428,17 +426,7 @@ TEST(OfflineReshard, ContextAndExpertParallelLayoutAndBackIsBitwise) {
   home.placements["w1"] = *testing::model_placement(testing::model_tensors()[0]);
   auto r2 = reshard_checkpoint(mid.path(), back.path(), home);
   ASSERT_TRUE(r2.ok()) << r2.status().to_string();
-  auto loaded = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
-    auto ck = Checkpointer::create(options_for(back.path()), group);
-    RANK_OK(ck);
-    ModelState state;
-    RANK_OK(state.register_in((*ck)->registry(), Layout{2, 2}, rank, -1));
-    RANK_OK((*ck)->load());
-    const std::string diff = state.check(Layout{2, 2}, rank, 10, rank);
-    RANK_CHECK(diff.empty(), diff);
-    return 0;
-  });
-  expect_all_exited_zero(loaded);
+  expect_step_10_loads_bitwise(back.path(), Layout{2, 2});
 }
 
 }  // namespace

@@ -126,11 +126,16 @@ TEST(SaveLoad, TheManifestRecordsEveryPlacementField) {
   EXPECT_EQ(*m.find_tensor("experts")->placement, placement);
 }
 
-TEST(SaveLoad, SnapshotsDeviceTensorsThroughTheHalIntoPinnedMemory) {
+// The host backend alone, with one device.
+Result<std::shared_ptr<hal::Platform>> host_platform() {
   hal::PlatformOptions popts;
   popts.registry.selection = "host";
   popts.registry.init_options["host"] = "devices=1";
-  auto platform = hal::Platform::create(popts);
+  return hal::Platform::create(popts);
+}
+
+TEST(SaveLoad, SnapshotsDeviceTensorsThroughTheHalIntoPinnedMemory) {
+  auto platform = host_platform();
   ASSERT_TRUE(platform.ok()) << platform.status().to_string();
   ASSERT_FALSE((*platform)->devices().empty());
   const hal::Device& device = (*platform)->devices()[0];
@@ -163,10 +168,7 @@ TEST(SaveLoad, SnapshotsDeviceTensorsThroughTheHalIntoPinnedMemory) {
 // create() fails after the Checkpointer exists but before its worker thread starts (here: a
 // device index the backend does not have, so no stream): an error, not std::terminate.
 TEST(SaveLoad, ACreateThatFailsBeforeTheWorkerStartsReturnsAnError) {
-  hal::PlatformOptions popts;
-  popts.registry.selection = "host";
-  popts.registry.init_options["host"] = "devices=1";
-  auto platform = hal::Platform::create(popts);
+  auto platform = host_platform();
   ASSERT_TRUE(platform.ok()) << platform.status().to_string();
   ASSERT_FALSE((*platform)->devices().empty());
   const hal::Device& real = (*platform)->devices()[0];
