@@ -16,6 +16,7 @@
 
 #include "host/store.h"
 #include "reduce.h"
+#include "tessera/common/log.h"
 
 namespace tessera::coll {
 
@@ -117,7 +118,16 @@ bool shmem_huge_pages_allowed() {
 }  // namespace
 
 Status ShmTransport::create_segment(const ShmConfig& config) {
-  const int fd = shm_open(config.segment_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = shm_open(config.segment_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // The name hashes the communicator id, the host and the creator's pid, which is this
+    // process: an existing segment was left by a job that crashed between creating and unlinking
+    // it, in a process that had this pid. Its ranks (if any live) keep their mapping.
+    TSR_LOG(kWarn, "coll") << "removing the stale shared-memory segment '" << config.segment_name
+                           << "' (left by a crashed job whose creator had this pid)";
+    shm_unlink(config.segment_name.c_str());
+    fd = shm_open(config.segment_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   if (fd < 0) return errno_error("create", config.segment_name);
   const size_t bytes = round_up(segment_bytes(config), kHugePage);
   if (ftruncate(fd, off_t(bytes)) != 0) {
