@@ -93,9 +93,7 @@ Status CommImpl::execute_now(const OpDesc& d) {
   c.header.op = uint8_t(d.kind == OpKind::kRecv ? OpKind::kSend : d.kind);
   c.header.dtype = uint8_t(d.dtype);
   c.header.count = d.count;
-  const bool reduces =
-      d.kind == OpKind::kAllReduce || d.kind == OpKind::kReduce || d.kind == OpKind::kReduceScatter;
-  c.header.reduce = reduces ? uint8_t(uint8_t(d.op) + 1) : 0;
+  c.header.reduce = d.reduces() ? uint8_t(uint8_t(d.op) + 1) : 0;
   c.header.root =
       d.kind == OpKind::kReduce || d.kind == OpKind::kBroadcast ? uint32_t(d.root) + 1 : 0;
   // Point-to-point messages are numbered per pair (only two ranks take part); collectives share
@@ -190,15 +188,9 @@ void CommImpl::proxy_main() {
     // by an abort posted here or by a peer (which would otherwise only be seen once it runs).
     Status status = task.state->wait_ready(options_.timeout, [this]() -> Status {
       if (aborted()) return abort_status();
-      if (shm_) {
-        if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
-          const std::string why =
-              "aborted by rank " + std::to_string(posted->first) + ": " + posted->second;
-          abort(why);
-          return Status(StatusCode::kAborted, why);
-        }
-      }
-      return Status();
+      Status by_peer = shm_ ? shm_->posted_abort_status(rank_) : Status();
+      if (!by_peer.ok()) abort(by_peer.message());
+      return by_peer;
     });
     {
       std::lock_guard lock(queue_mutex_);

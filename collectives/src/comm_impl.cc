@@ -208,7 +208,6 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
     const Card& c = cards[size_t(members[size_t(r)])];
     if (members[size_t(r)] == my_index) rank_ = r;
     world_ranks_.push_back(c.world_rank);
-    pids_.push_back(c.process.pid);
     processes_.push_back(c.process);
     hosts_.push_back(c.host);
   }
@@ -240,8 +239,9 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   shm.slots = int(slots);
   const bool use_shm = member && local_ranks.size() > 1 && !force_ucx_;
   if (use_shm) {
-    shm.segment_name = "/tessera-" + fnv_hex(uid_ + "|" + hosts_[size_t(rank_)] + "|" +
-                                             std::to_string(pids_[size_t(local_ranks[0])]));
+    shm.segment_name =
+        "/tessera-" + fnv_hex(uid_ + "|" + hosts_[size_t(rank_)] + "|" +
+                              std::to_string(processes_[size_t(local_ranks[0])].pid));
   }
   const bool creator = use_shm && local_ranks[0] == rank_;
   auto barrier = [&](Status mine, const char* what) -> Status {
@@ -435,10 +435,7 @@ Status CommImpl::fail(std::span<P2P> ops, Status status) {
   // A transfer error caused by another rank's failure (its buffers gone after it aborted) is
   // reported as that failure, which names the rank that started it.
   if (shm_ && status.code() != StatusCode::kAborted) {
-    if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
-      status = Status(StatusCode::kAborted,
-                      "aborted by rank " + std::to_string(posted->first) + ": " + posted->second);
-    }
+    if (Status by_peer = shm_->posted_abort_status(rank_); !by_peer.ok()) status = by_peer;
   }
   for (P2P& op : ops) {
     if (op.done) continue;
@@ -491,10 +488,8 @@ Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
     // Every 64 yields: aborts, dead peers, the deadline.
     if (aborted()) return fail(ops, abort_status());
     if (shm_) {
-      if (auto posted = shm_->posted_abort(); posted && posted->first != rank_) {
-        return fail(
-            ops, Status(StatusCode::kAborted, "aborted by rank " + std::to_string(posted->first) +
-                                                  ": " + posted->second));
+      if (Status by_peer = shm_->posted_abort_status(rank_); !by_peer.ok()) {
+        return fail(ops, by_peer);
       }
     }
     // Dead local peers matter only when an operation of this step waits for them (a peer that
@@ -506,7 +501,7 @@ Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
       if (Status s = transport_for(op.peer)->progress(op); !s.ok()) return fail(ops, s);
       if (op.done) continue;
       return fail(ops, unavailable("rank " + std::to_string(op.peer) + " (pid " +
-                                   std::to_string(pids_[size_t(op.peer)]) + ") died"));
+                                   std::to_string(processes_[size_t(op.peer)].pid) + ") died"));
     }
     if (ucx_) {
       if (auto failed = ucx_->failed_peer()) {

@@ -120,8 +120,7 @@ class CommImpl {
   CommOptions options_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_hosts_ = 1;
   std::vector<int> world_ranks_;
-  std::vector<int> host_of_;  // host index of each rank
-  std::vector<int> pids_;
+  std::vector<int> host_of_;                // host index of each rank
   std::vector<std::string> hosts_;          // host id of each rank
   std::vector<ProcessIdentity> processes_;  // per rank, from the creation cards
   std::unique_ptr<PeerLiveness> liveness_;  // watches the local peers

@@ -255,9 +255,7 @@ Status refuse(CommImpl& impl, int rank, int size, Status why) {
 Status check_args(const OpDesc& d, int rank, int size) {
   const std::string name(op_name(d.kind));
   const char* op = name.c_str();
-  const bool reduces =
-      d.kind == OpKind::kAllReduce || d.kind == OpKind::kReduce || d.kind == OpKind::kReduceScatter;
-  TSR_RETURN_IF_ERROR(check_dtype(op, d.dtype, d.op, reduces));
+  TSR_RETURN_IF_ERROR(check_dtype(op, d.dtype, d.op, d.reduces()));
   const bool per_rank = d.kind == OpKind::kAllGather || d.kind == OpKind::kReduceScatter ||
                         d.kind == OpKind::kAllToAll;
   TSR_RETURN_IF_ERROR(check_bytes(op, d.count, d.dtype, per_rank ? size_t(size) : 1));

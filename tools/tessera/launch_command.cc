@@ -1,7 +1,8 @@
 // `tessera launch -n N [--devices-per-rank K] [--timeout-s S] [--max-restarts R]
 //  [--tag-output|--no-tag-output] -- CMD ARGS...`: starts N local ranks of CMD with the
 // torchrun-style environment, hosts their TCP store, relays their output prefixed by
-// "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and stops the job when a rank fails (docs/LAUNCH.md).
+// "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and stops the job when a rank fails
+// (docs/LAUNCH.md).
 // Exit status: 0 when every rank succeeded, else the failed rank's code (128 + signal when it
 // was killed), 124 for --timeout-s, 127 when CMD cannot be found, 2 for bad options.
 #include <cstdio>

@@ -27,6 +27,11 @@ struct OpDesc {
   int root = 0;                                  // reduce, broadcast; send/recv: the peer
   std::vector<size_t> counts, displs;            // allgatherv (elements), alltoallv send side
   std::vector<size_t> recv_counts, recv_displs;  // alltoallv receive side
+
+  // Operations whose `op` means something (checked, and carried in the wire header).
+  bool reduces() const {
+    return kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
+  }
 };
 
 class CommImpl;

@@ -401,9 +401,8 @@ Status ShmTransport::progress_recv(P2P& op) {
       if (op.moved < op.bytes) return Status();
       // A sender that failed meanwhile may have handed its buffer back to its caller: what was
       // read from it cannot be trusted.
-      if (auto posted = posted_abort()) {
-        return Status(StatusCode::kAborted, "aborted by rank " + std::to_string(posted->first) +
-                                                " during a single-copy read: " + posted->second);
+      if (Status aborted = posted_abort_status(); !aborted.ok()) {
+        return aborted.with_context("during a single-copy read");
       }
       f.counters->single_copies_done.fetch_add(1, std::memory_order_release);
       ++tail;
@@ -456,6 +455,13 @@ void ShmTransport::post_abort(int rank, std::string_view reason) {
   std::memcpy(header->abort_reason, reason.data(), n);
   header->abort_reason[n] = '\0';
   header->abort_posted.store(2, std::memory_order_release);
+}
+
+Status ShmTransport::posted_abort_status(int except) const {
+  auto posted = posted_abort();
+  if (!posted || posted->first == except) return Status();
+  return Status(StatusCode::kAborted,
+                "aborted by rank " + std::to_string(posted->first) + ": " + posted->second);
 }
 
 std::optional<std::pair<int, std::string>> ShmTransport::posted_abort() const {

@@ -60,6 +60,9 @@ class ShmTransport final : public Transport {
   // The shared abort word: post once (first poster wins), read by everyone.
   void post_abort(int rank, std::string_view reason);
   std::optional<std::pair<int, std::string>> posted_abort() const;
+  // OK, or ABORTED "aborted by rank R: <reason>" when a rank other than `except` posted an abort
+  // (-1: any rank).
+  Status posted_abort_status(int except = -1) const;
   bool huge_pages() const { return huge_pages_; }
   size_t single_copy_threshold() const { return config_.single_copy_threshold; }
   // Turns the single-copy path on for messages of at least `threshold` bytes (0: off). Every
