@@ -36,6 +36,14 @@ tsr_status stream_synchronize(tsr_stream stream);
 tsr_status stream_query(tsr_stream stream);
 tsr_status stream_wait_event(tsr_stream stream, tsr_event event);
 tsr_status stream_add_callback(tsr_stream stream, tsr_host_fn fn, void* user_data);
+tsr_status stream_add_callback_with_message(tsr_stream stream, tsr_host_msg_fn fn, void* user_data);
+
+// host_signal.cc: set in the table only when host_signals_available() (state.h).
+tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal);
+tsr_status host_signal_destroy(tsr_host_signal signal);
+tsr_status host_signal_raise(tsr_host_signal signal, uint64_t value);
+tsr_status host_signal_query(tsr_host_signal signal, uint64_t* out_value);
+tsr_status stream_wait_host_signal(tsr_stream stream, tsr_host_signal signal, uint64_t value);
 
 // event.cc
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event);

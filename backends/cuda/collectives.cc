@@ -227,6 +227,11 @@ tsr_status comm_abort(tsr_comm comm) {
 tsr_status comm_get_async_error(tsr_comm comm) {
   if (comm == nullptr) return fail(TSR_INVALID_ARGUMENT, "comm_get_async_error: comm is NULL");
   Comm* c = reinterpret_cast<Comm*>(comm);
+  // The library freed the communicator in comm_abort: asking it would read freed memory.
+  if (c->aborted.load()) {
+    return fail(TSR_ABORTED, "comm_get_async_error: %s: the communicator was aborted (comm_abort)",
+                g_ccl.name);
+  }
   int result = 0;
   if (tsr_status s = check(g_ccl.comm_get_async_error(c->raw, &result), "comm_get_async_error");
       s != TSR_OK) {

@@ -18,7 +18,9 @@
 #     [VENDOR <text>]           tsr_device_properties.vendor (default NVIDIA)
 #     [NVIDIA_TABLES ON|OFF]    peak FLOP/s from NVIDIA's per-architecture table (default OFF)
 #     [DRIVER_LIBRARY <soname>] probed with dlopen before init; its absence gives NO_DRIVER with
-#                               the loader's message ("" skips the probe)
+#                               the loader's message ("" skips the probe). Also where host
+#                               signals find <DRIVER_PREFIX>StreamWaitValue64_v2 (runtime_names.h)
+#     [DRIVER_PREFIX <p>]       the driver's symbol prefix (default cu: cuStreamWaitValue64_v2)
 #     [BLAS_LIBRARIES <list>]   sonames tried for GEMM ("" leaves gemm_async NULL)
 #     [BLAS_PREFIX <p>]         its symbol prefix (cublas: cublasGemmEx)
 #     [CCL_LIBRARY <soname>]    collective library ("" leaves the collectives sub-table NULL)
@@ -31,7 +33,7 @@ include_guard(GLOBAL)
 
 function(tessera_add_cuda_like_backend name)
   cmake_parse_arguments(ARG "TEST_ONLY"
-    "PREFIX;HEADER;KERNELS;IPC;VENDOR;NVIDIA_TABLES;DRIVER_LIBRARY;BLAS_PREFIX;CCL_LIBRARY;CCL_PREFIX;OUTPUT_DIRECTORY"
+    "PREFIX;HEADER;KERNELS;IPC;VENDOR;NVIDIA_TABLES;DRIVER_LIBRARY;DRIVER_PREFIX;BLAS_PREFIX;CCL_LIBRARY;CCL_PREFIX;OUTPUT_DIRECTORY"
     "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES;KERNEL_OBJECTS" ${ARGN})
   foreach(required PREFIX HEADER LIBRARY)
     if(NOT ARG_${required})
@@ -57,13 +59,17 @@ function(tessera_add_cuda_like_backend name)
   if(NOT ARG_BLAS_PREFIX)
     set(ARG_BLAS_PREFIX cublas)
   endif()
+  if(NOT ARG_DRIVER_PREFIX)
+    set(ARG_DRIVER_PREFIX cu)
+  endif()
   if(NOT ARG_CCL_PREFIX)
     set(ARG_CCL_PREFIX nccl)
   endif()
 
   set(dir ${PROJECT_SOURCE_DIR}/backends/cuda)
   set(sources ${dir}/collectives.cc ${dir}/compute.cc ${dir}/devices.cc ${dir}/entry.cc
-              ${dir}/errors.cc ${dir}/event.cc ${dir}/gemm.cc ${dir}/ipc.cc ${dir}/memory.cc
+              ${dir}/errors.cc ${dir}/event.cc ${dir}/gemm.cc ${dir}/host_signal.cc ${dir}/ipc.cc
+              ${dir}/memory.cc
               ${dir}/state.cc ${dir}/stream.cc ${dir}/transfer.cc)
   if(ARG_KERNELS)
     list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu ${dir}/busy_wait.cu)
@@ -107,6 +113,7 @@ function(tessera_add_cuda_like_backend name)
     TESSERA_CUDA_HAVE_IPC=${have_IPC}
     TESSERA_CUDA_NVIDIA_TABLES=${have_NVIDIA_TABLES}
     TESSERA_CUDA_DRIVER_LIBRARY="${ARG_DRIVER_LIBRARY}"
+    TESSERA_CUDA_DRIVER_PREFIX="${ARG_DRIVER_PREFIX}"
     TESSERA_CUDA_BLAS_LIBRARIES="${blas_list}"
     TESSERA_CUDA_BLAS_PREFIX="${ARG_BLAS_PREFIX}"
     TESSERA_CUDA_CCL_LIBRARY="${ARG_CCL_LIBRARY}"

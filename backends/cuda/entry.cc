@@ -77,6 +77,14 @@ tsr_backend_api_v1 make_table() {
   t.gemm_async = api::gemm_async;
   t.collectives = api::collectives();  // NULL when the collective library is absent
   t.stream_busy_wait = api::stream_busy_wait;
+  t.stream_add_callback_with_message = &api::stream_add_callback_with_message;
+  if (host_signals_available()) {  // all five or none (backend_abi.h)
+    t.host_signal_create = &api::host_signal_create;
+    t.host_signal_destroy = &api::host_signal_destroy;
+    t.host_signal_raise = &api::host_signal_raise;
+    t.host_signal_query = &api::host_signal_query;
+    t.stream_wait_host_signal = &api::stream_wait_host_signal;
+  }
   return t;
 }
 

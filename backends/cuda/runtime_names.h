@@ -115,6 +115,9 @@
 #ifndef rtHostAllocPortable
 #define rtHostAllocPortable TSR_RT(HostAllocPortable)
 #endif
+#ifndef rtHostAllocMapped
+#define rtHostAllocMapped TSR_RT(HostAllocMapped)
+#endif
 #ifndef rtHostRegisterPortable
 #define rtHostRegisterPortable TSR_RT(HostRegisterPortable)
 #endif
@@ -210,6 +213,13 @@
 #ifndef rtLaunchHostFunc
 #define rtLaunchHostFunc TSR_RT(LaunchHostFunc)
 #endif
+/* Host functions that receive the stream's status (stream_add_callback_with_message). */
+#ifndef rtStreamAddCallback
+#define rtStreamAddCallback TSR_RT(StreamAddCallback)
+#endif
+#ifndef rtHostGetDevicePointer
+#define rtHostGetDevicePointer TSR_RT(HostGetDevicePointer)
+#endif
 #ifndef rtEventCreateWithFlags
 #define rtEventCreateWithFlags TSR_RT(EventCreateWithFlags)
 #endif
@@ -243,5 +253,20 @@
 #ifndef rtIpcCloseMemHandle
 #define rtIpcCloseMemHandle TSR_RT(IpcCloseMemHandle)
 #endif
+
+/* ---- host signals (host_signal.cc) ---------------------------------------------------------
+ * A host signal is a 64-bit word in mapped pinned memory (rtHostAlloc with rtHostAllocMapped) that
+ * the host raises and a stream waits on with a "wait until value >= N" stream memory operation.
+ * CUDA's runtime has no such call; the driver does (cuStreamWaitValue64), so by default the
+ * backend resolves it from TESSERA_CUDA_DRIVER_LIBRARY with the symbol prefix
+ * TESSERA_CUDA_DRIVER_PREFIX (cu): <prefix>StreamWaitValue64_v2 (or the older unversioned name),
+ * with <prefix>DeviceGet / <prefix>DeviceGetAttribute to ask whether a device supports it.
+ * A stack whose runtime has the wait itself (HIP: hipStreamWaitValue64) defines instead, in its
+ * runtime header:
+ *   TSR_RT_STREAM_WAIT_VALUE64(stream, device_ptr, value)  rtError_t; later work on `stream`
+ *                                      waits until the 64-bit word at device_ptr is >= value
+ *   TSR_RT_CAN_WAIT_VALUE64(device, int* out)   rtError_t; *out = 1 when `device` supports it
+ * With neither (no driver library, or a driver without the symbol) the five host-signal entries
+ * are NULL. */
 
 #endif /* TESSERA_BACKENDS_CUDA_RUNTIME_NAMES_H_ */

@@ -98,6 +98,7 @@ tsr_status backend_init(const tsr_init_options* options) {
       if (backend->driver != nullptr) dlclose(backend->driver);
       return s;
     }
+    backend->signals = create_signal_pool();
     const bool blas = gemm_available();
     int runtime = 0;
     (void)rtRuntimeGetVersion(&runtime);
@@ -115,8 +116,10 @@ void backend_finalize() {
   if (g_references == 0) return;
   if (--g_references > 0) return;
   Backend* backend = g_backend.exchange(nullptr, std::memory_order_acq_rel);
-  backend->streams.clear();  // ~Stream waits for each stream's work
+  release_host_signals(backend->signals);  // so that no stream below waits on one forever
+  backend->streams.clear();                // ~Stream waits for each stream's work
   backend->events.clear();
+  destroy_signal_pool(backend->signals);
   gemm_shutdown();
   for (const Allocation& a : backend->memory.take_all()) {
     DeviceGuard guard;

@@ -26,6 +26,7 @@ namespace tessera::cuda {
 
 inline constexpr uint64_t kStreamTag = 0x5;
 inline constexpr uint64_t kEventTag = 0xE;
+inline constexpr uint64_t kSignalTag = 0x9;
 
 template <typename T>
 class HandleTable {
@@ -42,10 +43,18 @@ class HandleTable {
   std::unordered_map<uint64_t, std::shared_ptr<T>> objects_;
 };
 
+struct HostSignal;  // host_signal.cc
+
 struct Stream {
   rtStream_t raw = nullptr;
   int32_t device = 0;
-  ~Stream();  // waits for the stream's work, then destroys it
+  // Host-signal waits enqueued here and perhaps not yet satisfied (host_signal.cc), pruned at
+  // each new wait. While one is unsatisfied, destroying the stream does not synchronise it (that
+  // would block until someone raises the signal): the runtime releases the stream once its work
+  // is done, as cudaStreamDestroy does with a busy stream.
+  std::mutex signal_mutex;
+  std::vector<std::pair<std::shared_ptr<HostSignal>, uint64_t>> signal_waits;
+  ~Stream();  // waits for the stream's work (but see signal_waits), then destroys it
 };
 
 struct Event {
@@ -89,6 +98,8 @@ struct DeviceInfo {
   int32_t greatest_priority = 0;
 };
 
+struct SignalPool;  // host_signal.cc: live and retired host signals, their pinned pages
+
 struct Backend {
   std::vector<DeviceInfo> devices;
   MemoryRegistry memory;
@@ -97,6 +108,7 @@ struct Backend {
   void* driver = nullptr;  // dlopen handle of the driver library, when one is configured
   // cuMemGetAddressRange from the driver, when it has one: sizes IPC mappings.
   int (*address_range)(unsigned long long* base, size_t* size, unsigned long long ptr) = nullptr;
+  SignalPool* signals = nullptr;  // created at init, freed at the last finalize
 };
 
 // The live backend, or NULL before the first init and after the last finalize.
@@ -140,6 +152,19 @@ tsr_status describe_device(int32_t index, DeviceInfo* info);
 bool gemm_available();
 // gemm.cc: releases per-device BLAS handles (last finalize).
 void gemm_shutdown();
+// host_signal.cc: the pool of host signals, made at init. At the last finalize,
+// release_host_signals raises every signal still alive or retired so no stream waits forever
+// (before the streams are synchronised), and destroy_signal_pool frees what is left (after).
+SignalPool* create_signal_pool();
+void release_host_signals(SignalPool* pool);
+void destroy_signal_pool(SignalPool* pool);
+// host_signal.cc: whether this build and machine can wait on host signals at all (the driver's
+// or the runtime's stream wait-value call is there); logs why not. Decides, once, whether the
+// table's five host-signal entries are set. Devices that lack the feature refuse
+// host_signal_create with TSR_UNIMPLEMENTED.
+bool host_signals_available();
+// host_signal.cc: true while a host-signal wait enqueued on `stream` is not yet satisfied.
+bool waits_on_host_signal(Stream& stream);
 
 // ---- template definitions ---------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 // Streams: one runtime stream each (non-blocking with respect to the legacy default stream, so
 // the application's default-stream work never serialises ours), with the priority clamped to the
-// device's range. Host callbacks go through the runtime's host-function launch.
+// device's range. Host callbacks go through the runtime's host-function launch; callbacks with a
+// message through its stream callback, which passes the stream's status.
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "api.h"
@@ -28,12 +30,35 @@ void run_callback(void* data) {
   callback->fn(callback->user_data, TSR_OK);
 }
 
+struct MessageCallback {
+  tsr_host_msg_fn fn;
+  void* user_data;
+};
+
+// The runtime's stream callback, which does receive the stream's status (the earliest error of
+// its work, when the runtime still runs callbacks after one). Looking the error's text up is a
+// table read, not a call into the device, so it is allowed here.
+void run_message_callback(rtStream_t, rtError_t error, void* data) {
+  std::unique_ptr<MessageCallback> callback(static_cast<MessageCallback*>(data));
+  if (error == rtSuccess) {
+    callback->fn(callback->user_data, TSR_OK, "");
+    return;
+  }
+  char message[512];
+  std::snprintf(message, sizeof message,
+                "%s stream: earlier work on the stream failed before this callback: %s (%s)",
+                kBackendName, rtGetErrorString(error), rtGetErrorName(error));
+  callback->fn(callback->user_data, status_of(error), message);
+}
+
 }  // namespace
 
 Stream::~Stream() {
   DeviceGuard guard;
   if (guard.enter("stream_destroy", device) != TSR_OK) return;
-  (void)rtStreamSynchronize(raw);
+  // Waiting for a host signal nobody has raised yet would block destroy indefinitely; the
+  // runtime destroys a busy stream once its work is done.
+  if (!waits_on_host_signal(*this)) (void)rtStreamSynchronize(raw);
   (void)rtStreamDestroy(raw);
   (void)rtGetLastError();
 }
@@ -146,6 +171,24 @@ tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_dat
     if (tsr_status s = guard.enter(kOp, stream->device); s != TSR_OK) return s;
     TSR_RT_CHECK(kOp, rtLaunchHostFunc, stream->raw, &run_callback, callback.get());
     callback.release();  // run_callback owns it now
+    return TSR_OK;
+  });
+}
+
+tsr_status stream_add_callback_with_message(tsr_stream handle, tsr_host_msg_fn fn,
+                                            void* user_data) {
+  static constexpr const char* kOp = "stream_add_callback_with_message";
+  return guarded(kOp, [&] {
+    Backend* backend;
+    if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
+    std::shared_ptr<Stream> stream;
+    if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
+    if (fn == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: fn is NULL", kOp);
+    auto callback = std::make_unique<MessageCallback>(MessageCallback{fn, user_data});
+    DeviceGuard guard;
+    if (tsr_status s = guard.enter(kOp, stream->device); s != TSR_OK) return s;
+    TSR_RT_CHECK(kOp, rtStreamAddCallback, stream->raw, &run_message_callback, callback.get(), 0);
+    callback.release();  // run_message_callback owns it now
     return TSR_OK;
   });
 }

@@ -19,6 +19,7 @@
 #define rtDeviceProp hipDeviceProp_t
 #define rtHostAlloc hipHostMalloc
 #define rtHostAllocPortable hipHostMallocPortable
+#define rtHostAllocMapped hipHostMallocMapped
 #define rtFreeHost hipHostFree
 #define rtDevAttrClockRate hipDeviceAttributeClockRate
 #define rtDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
@@ -50,6 +51,16 @@ static inline hipError_t tsr_hip_launch_host_func(hipStream_t stream, hipHostFn_
   return error;
 }
 #define rtLaunchHostFunc tsr_hip_launch_host_func
+
+/* Host signals (backends/cuda/host_signal.cc): HIP's runtime has the stream memory wait itself,
+ * so no driver library is needed. GEQ is hipStreamWaitValueGte with every bit of the mask; the
+ * signal word is hipHostMalloc'd with hipHostMallocMapped and reached through
+ * hipHostGetDevicePointer (the backend keeps it at or below 2^63 - 1, so a signed or an unsigned
+ * comparison gives the same answer). */
+#define TSR_RT_STREAM_WAIT_VALUE64(stream, device_ptr, value) \
+  hipStreamWaitValue64((stream), (device_ptr), (value), hipStreamWaitValueGte, ~(uint64_t)0)
+#define TSR_RT_CAN_WAIT_VALUE64(device, out) \
+  hipDeviceGetAttribute((out), hipDeviceAttributeCanUseStreamWaitValue, (device))
 
 /* hipBLAS's hipblasGemmEx has cublasGemmEx's shape with its own enum values:
  * HIPBLAS_OP_N/T, HIPBLAS_R_32F/64F/16F/16B, compute types as data types (hipBLAS < 6),

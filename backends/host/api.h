@@ -35,6 +35,7 @@ tsr_status stream_destroy(tsr_stream stream);
 tsr_status stream_synchronize(tsr_stream stream);
 tsr_status stream_query(tsr_stream stream);
 tsr_status stream_add_callback(tsr_stream stream, tsr_host_fn fn, void* user_data);
+tsr_status stream_add_callback_with_message(tsr_stream stream, tsr_host_msg_fn fn, void* user_data);
 tsr_status stream_busy_wait(tsr_stream stream, uint64_t microseconds);
 
 // event.cc
@@ -45,6 +46,13 @@ tsr_status event_record(tsr_event event, tsr_stream stream);
 tsr_status event_synchronize(tsr_event event);
 tsr_status event_query(tsr_event event);
 tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms);
+
+// host_signal.cc
+tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal);
+tsr_status host_signal_destroy(tsr_host_signal signal);
+tsr_status host_signal_raise(tsr_host_signal signal, uint64_t value);
+tsr_status host_signal_query(tsr_host_signal signal, uint64_t* out_value);
+tsr_status stream_wait_host_signal(tsr_stream stream, tsr_host_signal signal, uint64_t value);
 
 // ipc.cc
 tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle);

@@ -228,23 +228,32 @@ tsr_status cast_async(void* dst, tsr_dtype dst_dtype_in, const void* src, tsr_dt
       return fail(TSR_INVALID_ARGUMENT, "%s: count %zu overflows size_t", kOp, count);
     }
     const size_t dst_bytes = count * dst_size, src_bytes = count * src_size;
-    if (tsr_status s = check_range(backend->memory, kOp, "dst", dst, dst_bytes); s != TSR_OK) {
-      return s;
-    }
-    if (tsr_status s = check_range(backend->memory, kOp, "src", src, src_bytes); s != TSR_OK) {
-      return s;
-    }
+    // The kernel runs on the addresses resolve() gives (shadow mappings in discrete mode, where
+    // it takes device memory only); overlap is judged on the caller's pointers.
     const bool overlap = ranges_overlap(dst, dst_bytes, src, src_bytes);
+    const bool same = dst == src;
+    void* out;
+    void* in;
+    if (tsr_status s =
+            resolve(backend->memory, kOp, "dst", dst, dst_bytes, backend->config.discrete, &out);
+        s != TSR_OK) {
+      return s;
+    }
+    if (tsr_status s =
+            resolve(backend->memory, kOp, "src", src, src_bytes, backend->config.discrete, &in);
+        s != TSR_OK) {
+      return s;
+    }
     const bool streaming = dst_bytes >= kStreamingStoreThreshold;
     return stream->enqueue(kOp, /*always_run=*/false, [=](tsr_status, std::string*) {
-      if (overlap && !(dst == src && dst_dtype == src_dtype)) {
+      if (overlap && !(same && dst_dtype == src_dtype)) {
         // In-place or overlapping: convert from a private copy of the source (bad_alloc here
         // fails the stream with TSR_RESOURCE_EXHAUSTED).
         std::unique_ptr<unsigned char[]> copy(new unsigned char[src_bytes]);
-        std::memcpy(copy.get(), src, src_bytes);
-        cast_range(dst, dst_dtype, copy.get(), src_dtype, count, streaming);
+        std::memcpy(copy.get(), in, src_bytes);
+        cast_range(out, dst_dtype, copy.get(), src_dtype, count, streaming);
       } else if (!overlap) {
-        cast_range(dst, dst_dtype, src, src_dtype, count, streaming);
+        cast_range(out, dst_dtype, in, src_dtype, count, streaming);
       }
       if (streaming) store_fence();
       return TSR_OK;

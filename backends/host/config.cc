@@ -37,6 +37,37 @@ tsr_status bad_devices(const char* where, const std::string& value) {
               value.c_str(), kMaxDevices);
 }
 
+// "0" or "1" (also "false"/"true", "off"/"on", "no"/"yes").
+bool parse_flag(const std::string& text, bool* out) {
+  if (text == "1" || text == "true" || text == "on" || text == "yes") {
+    *out = true;
+    return true;
+  }
+  if (text == "0" || text == "false" || text == "off" || text == "no") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+tsr_status bad_flag(const char* where, const std::string& value) {
+  return fail(TSR_INVALID_ARGUMENT, "init: %s='%s' is not 0 or 1", where, value.c_str());
+}
+
+// "0" (a callback thread per stream) or "1" (one shared callback thread).
+bool parse_callback_threads(const std::string& text, int32_t* out) {
+  if (text != "0" && text != "1") return false;
+  *out = text == "1" ? 1 : 0;
+  return true;
+}
+
+tsr_status bad_callback_threads(const char* where, const std::string& value) {
+  return fail(TSR_INVALID_ARGUMENT,
+              "init: %s='%s' is not a callback thread count (0: one per stream, the default; 1: "
+              "one shared by every stream)",
+              where, value.c_str());
+}
+
 tsr_status bad_memory(const char* where, const std::string& value) {
   return fail(TSR_INVALID_ARGUMENT,
               "init: %s='%s' is not a byte count (expected e.g. 1073741824, 512M, 16G or 16GiB)",
@@ -110,7 +141,29 @@ tsr_status load_config(const char* options, Config* out) {
   if (config.memory_per_device == 0) config.memory_per_device = uint64_t(16) << 30;
 
   if (const char* env = std::getenv(kDevicesEnv); env != nullptr && env[0] != '\0') {
-    if (!parse_device_count(trim(env), &config.devices)) return bad_devices(kDevicesEnv, env);
+    // "N" or "N:discrete"
+    std::string text = trim(env);
+    size_t colon = text.find(':');
+    if (colon != std::string::npos) {
+      std::string mode = trim(std::string_view(text).substr(colon + 1));
+      if (mode != "discrete") {
+        return fail(TSR_INVALID_ARGUMENT,
+                    "init: %s='%s': unknown mode '%s' after the device count (expected N or "
+                    "N:discrete)",
+                    kDevicesEnv, env, mode.c_str());
+      }
+      config.discrete = true;
+      text = trim(std::string_view(text).substr(0, colon));
+    }
+    if (!parse_device_count(text, &config.devices)) return bad_devices(kDevicesEnv, env);
+  }
+  if (const char* env = std::getenv(kCallbackThreadsEnv); env != nullptr && env[0] != '\0') {
+    if (!parse_callback_threads(trim(env), &config.callback_threads)) {
+      return bad_callback_threads(kCallbackThreadsEnv, env);
+    }
+  }
+  if (const char* env = std::getenv(kCollectivesEnv); env != nullptr && env[0] != '\0') {
+    if (!parse_flag(trim(env), &config.collectives)) return bad_flag(kCollectivesEnv, env);
   }
   if (const char* env = std::getenv(kMemoryEnv); env != nullptr && env[0] != '\0') {
     if (!parse_bytes(env, &config.memory_per_device)) return bad_memory(kMemoryEnv, env);
@@ -127,8 +180,8 @@ tsr_status load_config(const char* options, Config* out) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
       return fail(TSR_INVALID_ARGUMENT,
-                  "init: option '%s' is not key=value (the host backend reads devices=N and "
-                  "memory=BYTES)",
+                  "init: option '%s' is not key=value (the host backend reads devices=N, "
+                  "memory=BYTES, discrete=0|1, callback_threads=0|1 and collectives=0|1)",
                   item.c_str());
     }
     std::string key = trim(std::string_view(item).substr(0, eq));
@@ -140,9 +193,18 @@ tsr_status load_config(const char* options, Config* out) {
         return bad_memory("option memory", value);
       }
       config.memory_source = "init option memory=";
+    } else if (key == "discrete") {
+      if (!parse_flag(value, &config.discrete)) return bad_flag("option discrete", value);
+    } else if (key == "collectives") {
+      if (!parse_flag(value, &config.collectives)) return bad_flag("option collectives", value);
+    } else if (key == "callback_threads") {
+      if (!parse_callback_threads(value, &config.callback_threads)) {
+        return bad_callback_threads("option callback_threads", value);
+      }
     } else {
       return fail(TSR_INVALID_ARGUMENT,
-                  "init: unknown option '%s' (the host backend reads devices=N and memory=BYTES)",
+                  "init: unknown option '%s' (the host backend reads devices=N, memory=BYTES, "
+                  "discrete=0|1, callback_threads=0|1 and collectives=0|1)",
                   key.c_str());
     }
   }

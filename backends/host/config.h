@@ -12,6 +12,8 @@ namespace tessera::host {
 
 inline constexpr const char* kDevicesEnv = "TESSERA_HOST_DEVICES";
 inline constexpr const char* kMemoryEnv = "TESSERA_HOST_DEVICE_MEMORY";
+inline constexpr const char* kCallbackThreadsEnv = "TESSERA_HOST_CALLBACK_THREADS";
+inline constexpr const char* kCollectivesEnv = "TESSERA_HOST_CCL";
 inline constexpr int32_t kMaxDevices = 1024;
 
 struct Config {
@@ -20,10 +22,23 @@ struct Config {
   // Where memory_per_device came from, for error messages: the env var, the init option or the
   // physical-RAM default (all three are fixed strings).
   const char* memory_source = kMemoryEnv;
+  // Discrete mode: device memory the host cannot dereference, as on a GPU (the pointer handed out
+  // faults on any CPU access; the backend reaches the bytes through a second mapping).
+  // TSR_CAP_HOST_ACCESSIBLE and host_register are off then.
+  bool discrete = false;
+  // 0: each stream runs its host callbacks on its own worker (the default). 1: every callback of
+  // the process runs on one shared thread, as some vendor runtimes do (CUDA's host functions).
+  int32_t callback_threads = 0;
+  // The host reference CCL (ccl.h, tsr_collectives_api_v1) is usable: TESSERA_HOST_CCL=1 or the
+  // init option collectives=1. Off by default, so the layers above stage device buffers through
+  // their own collectives unless a test or benchmark asks for the native route.
+  bool collectives = false;
 };
 
-// Builds the configuration: defaults (1 device, physical RAM), then TESSERA_HOST_DEVICES and
-// TESSERA_HOST_DEVICE_MEMORY, then "devices=N;memory=BYTES" from `options` (may be NULL). A
+// Builds the configuration: defaults (1 device, physical RAM, addressable memory, one callback
+// thread per stream), then TESSERA_HOST_DEVICES ("N" or "N:discrete"),
+// TESSERA_HOST_DEVICE_MEMORY and TESSERA_HOST_CALLBACK_THREADS (0 or 1), then
+// "devices=N;memory=BYTES;discrete=0|1;callback_threads=0|1" from `options` (may be NULL). A
 // malformed value fails with TSR_INVALID_ARGUMENT naming the variable or option. Thread-safe
 // (reads the environment only).
 tsr_status load_config(const char* options, Config* out);

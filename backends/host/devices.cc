@@ -68,14 +68,15 @@ void device_uuid(int32_t index, uint8_t out[16]) {
 
 }  // namespace
 
-uint64_t host_capabilities() {
-  uint64_t caps = TSR_CAP_UNIFIED_ADDRESSING | TSR_CAP_HOST_ACCESSIBLE | TSR_CAP_PEER_ACCESS |
-                  TSR_CAP_IPC | TSR_CAP_EVENT_TIMING | TSR_CAP_HOST_REGISTER | TSR_CAP_GEMM;
+uint64_t host_capabilities(bool discrete) {
+  uint64_t caps = TSR_CAP_UNIFIED_ADDRESSING | TSR_CAP_PEER_ACCESS | TSR_CAP_IPC |
+                  TSR_CAP_EVENT_TIMING | TSR_CAP_GEMM;
+  if (!discrete) caps |= TSR_CAP_HOST_ACCESSIBLE | TSR_CAP_HOST_REGISTER;
   return caps;
 }
 
-Device::Device(int32_t index, uint64_t capacity, const char* capacity_source)
-    : index_(index), capacity_(capacity), capacity_source_(capacity_source) {}
+Device::Device(int32_t index, uint64_t capacity, const char* capacity_source, bool discrete)
+    : index_(index), capacity_(capacity), capacity_source_(capacity_source), discrete_(discrete) {}
 
 tsr_status Device::reserve(uint64_t bytes) {
   uint64_t used = used_.load(std::memory_order_relaxed);
@@ -106,7 +107,7 @@ void Device::describe(tsr_device_properties* out) const {
   out->numa_node = -1;
   // Peak FLOP/s and bandwidth are left 0 ("unknown"): a CPU's figures depend on the ISA and the
   // other tenants of the machine; the planner measures the host through gemm_async instead.
-  out->capabilities = host_capabilities();
+  out->capabilities = host_capabilities(discrete_);
 }
 
 namespace api {
@@ -141,6 +142,7 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
     }
     tsr_device_properties full;
     dev->describe(&full);
+    if (backend->config.collectives) full.capabilities |= TSR_CAP_NATIVE_COLLECTIVES;  // ccl.h
     copy_prefix(out, &full, sizeof full);
     return TSR_OK;
   });

@@ -13,7 +13,8 @@ namespace tessera::host {
 class Device {
  public:
   // `capacity_source` is a static string naming where the capacity came from, for messages.
-  Device(int32_t index, uint64_t capacity, const char* capacity_source);
+  // `discrete`: the device's memory is not CPU-addressable (Config::discrete).
+  Device(int32_t index, uint64_t capacity, const char* capacity_source, bool discrete);
 
   int32_t index() const { return index_; }
   uint64_t capacity() const { return capacity_; }
@@ -32,10 +33,12 @@ class Device {
   const int32_t index_;
   const uint64_t capacity_;
   const char* const capacity_source_;
+  const bool discrete_;
   std::atomic<uint64_t> used_{0};
 };
 
-// Capability flags every host device reports (GEMM only when built with BLAS).
-uint64_t host_capabilities();
+// Capability flags a host device reports. In discrete mode TSR_CAP_HOST_ACCESSIBLE and
+// TSR_CAP_HOST_REGISTER are off: device memory faults on CPU access and host_register is refused.
+uint64_t host_capabilities(bool discrete);
 
 }  // namespace tessera::host

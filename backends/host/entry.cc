@@ -1,6 +1,7 @@
 // The exported entry point and the function table. Everything else in this library is hidden
 // (CMake builds it with -fvisibility=hidden); only tessera_backend_get_api_v1 is exported.
 #include "api.h"
+#include "ccl.h"
 #include "errors.h"
 #include "state.h"
 #include "tessera/hal/backend_abi.h"
@@ -66,8 +67,14 @@ const tsr_backend_api_v1 kApi = [] {
   t.reduce_async = &api::reduce_async;
   t.cast_async = &api::cast_async;
   t.gemm_async = api::gemm_async;
-  t.collectives = nullptr;  // collectives over host memory live in collectives/, not here
+  t.collectives = api::collectives();  // the host reference CCL (ccl.h), usable when enabled
   t.stream_busy_wait = &api::stream_busy_wait;
+  t.stream_add_callback_with_message = &api::stream_add_callback_with_message;
+  t.host_signal_create = &api::host_signal_create;
+  t.host_signal_destroy = &api::host_signal_destroy;
+  t.host_signal_raise = &api::host_signal_raise;
+  t.host_signal_query = &api::host_signal_query;
+  t.stream_wait_host_signal = &api::stream_wait_host_signal;
   return t;
 }();
 

@@ -131,7 +131,9 @@ tsr_status run_gemm(const tsr_gemm_desc& d) {
   return TSR_OK;
 }
 
-tsr_status validate(Backend& backend, const tsr_gemm_desc& d) {
+// Checks `d` and points its a, b and c at the addresses the kernel uses (resolve(): shadow
+// mappings of discrete device memory, the only operands a discrete device's GEMM takes).
+tsr_status validate_and_resolve(Backend& backend, tsr_gemm_desc& d) {
   static constexpr const char* kOp = "gemm_async";
   if (d.m < 0 || d.n < 0 || d.k < 0) {
     return fail(TSR_INVALID_ARGUMENT, "%s: negative size m=%lld n=%lld k=%lld", kOp, (long long)d.m,
@@ -178,12 +180,26 @@ tsr_status validate(Backend& backend, const tsr_gemm_desc& d) {
   const size_t a_bytes = extent(a_rows, a_cols, d.lda) * ab_size;
   const size_t b_bytes = extent(b_rows, b_cols, d.ldb) * ab_size;
   const size_t c_bytes = extent(d.m, d.n, d.ldc) * c_size;
-  if (tsr_status s = check_range(backend.memory, kOp, "a", d.a, a_bytes); s != TSR_OK) return s;
-  if (tsr_status s = check_range(backend.memory, kOp, "b", d.b, b_bytes); s != TSR_OK) return s;
-  if (tsr_status s = check_range(backend.memory, kOp, "c", d.c, c_bytes); s != TSR_OK) return s;
+  const bool device_only = backend.config.discrete;
+  void *a, *b, *c;
+  if (tsr_status s = resolve(backend.memory, kOp, "a", d.a, a_bytes, device_only, &a);
+      s != TSR_OK) {
+    return s;
+  }
+  if (tsr_status s = resolve(backend.memory, kOp, "b", d.b, b_bytes, device_only, &b);
+      s != TSR_OK) {
+    return s;
+  }
+  if (tsr_status s = resolve(backend.memory, kOp, "c", d.c, c_bytes, device_only, &c);
+      s != TSR_OK) {
+    return s;
+  }
   if (ranges_overlap(d.c, c_bytes, d.a, a_bytes) || ranges_overlap(d.c, c_bytes, d.b, b_bytes)) {
     return fail(TSR_INVALID_ARGUMENT, "%s: c overlaps a or b", kOp);
   }
+  d.a = a;
+  d.b = b;
+  d.c = c;
   return TSR_OK;
 }
 
@@ -201,7 +217,7 @@ tsr_status gemm_entry(const tsr_gemm_desc* desc, tsr_stream stream_handle) {
     }
     tsr_gemm_desc d;
     std::memcpy(&d, desc, sizeof d);  // fields appended after ours are ignored
-    if (tsr_status s = validate(*backend, d); s != TSR_OK) return s;
+    if (tsr_status s = validate_and_resolve(*backend, d); s != TSR_OK) return s;
     if (d.m == 0 || d.n == 0) return TSR_OK;
     return stream->enqueue(kOp, /*always_run=*/false,
                            [d](tsr_status, std::string*) { return run_gemm(d); });

@@ -3,10 +3,10 @@
 // /proc/<pid>/fd/<fd>, checks that it is still the same file (the exporter may have freed the
 // allocation and reused the descriptor number), and maps it MAP_SHARED. No broker process and no
 // fd passing over a socket are needed; the kernel's ptrace-read check on /proc/<pid>/fd limits it
-// to processes of the same user, as CUDA IPC is.
+// to processes of the same user, as CUDA IPC is. In discrete mode the importer maps it as
+// device_malloc does: a PROT_NONE view for the caller and a writable shadow for the backend.
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,23 +144,26 @@ tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** 
     }
     int fd = -1;
     if (tsr_status s = open_exported_file(data, &fd); s != TSR_OK) return s;
-    void* base =
-        mmap(nullptr, data.mapped_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(data.offset));
+    void* base = nullptr;
+    void* shadow = nullptr;
+    bool mapped = map_device_view(fd, size_t(data.mapped_size), off_t(data.offset),
+                                  backend->config.discrete, &base, &shadow);
     int error = errno;
-    close(fd);  // the mapping keeps the memory alive
-    if (base == MAP_FAILED) {
+    close(fd);  // the mappings keep the memory alive
+    if (!mapped) {
       return fail(error == ENOMEM ? TSR_RESOURCE_EXHAUSTED : TSR_INTERNAL,
                   "%s: mmap of %llu bytes failed: %s", kOp, (unsigned long long)data.mapped_size,
                   std::strerror(error));
     }
     Allocation allocation;
     allocation.base = base;
+    allocation.shadow = shadow;
     allocation.size = data.size;
     allocation.mapped_size = data.mapped_size;
     allocation.kind = AllocationKind::kIpc;
     allocation.device = device;
     if (!backend->memory.insert(allocation)) {
-      munmap(base, data.mapped_size);
+      release_allocation(*backend, allocation);
       return fail(TSR_INTERNAL, "%s: new mapping overlaps a registered range", kOp);
     }
     *out_ptr = base;

@@ -44,9 +44,10 @@ tsr_status errno_status(int error) {
   }
 }
 
-// Device memory is a memfd mapped MAP_SHARED: ordinary host memory to this process, and a file
-// another process can map (ipc.cc) through /proc/<pid>/fd/<fd> without a broker.
-tsr_status map_device_memory(int32_t device, size_t bytes, Allocation* out) {
+// Device memory is a memfd mapped MAP_SHARED: ordinary host memory to this process (or, in
+// discrete mode, a PROT_NONE view plus a private shadow view), and a file another process can map
+// (ipc.cc) through /proc/<pid>/fd/<fd> without a broker.
+tsr_status map_device_memory(int32_t device, size_t bytes, bool discrete, Allocation* out) {
   size_t mapped;
   if (!round_up(bytes, page_size(), &mapped)) {
     return fail(TSR_RESOURCE_EXHAUSTED, "device_malloc: %zu bytes is too large", bytes);
@@ -67,14 +68,16 @@ tsr_status map_device_memory(int32_t device, size_t bytes, Allocation* out) {
     return fail(errno_status(error), "device_malloc: sizing the memfd to %zu bytes failed: %s",
                 mapped, std::strerror(error));
   }
-  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
+  void* base = nullptr;
+  void* shadow = nullptr;
+  if (!map_device_view(fd, mapped, 0, discrete, &base, &shadow)) {
     int error = errno;
     close(fd);
     return fail(errno_status(error), "device_malloc: mmap of %zu bytes failed: %s", mapped,
                 std::strerror(error));
   }
   out->base = base;
+  out->shadow = shadow;
   out->size = bytes;
   out->mapped_size = mapped;
   out->kind = AllocationKind::kDevice;
@@ -85,7 +88,33 @@ tsr_status map_device_memory(int32_t device, size_t bytes, Allocation* out) {
   return TSR_OK;
 }
 
+// What a pointer a kernel refuses in discrete mode is, for the message.
+const char* host_memory_name(AllocationKind kind) {
+  return kind == AllocationKind::kPinned ? "pinned host memory" : "registered host memory";
+}
+
 }  // namespace
+
+bool map_device_view(int fd, size_t bytes, off_t offset, bool discrete, void** base,
+                     void** shadow) {
+  void* writable = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+  if (writable == MAP_FAILED) return false;
+  if (!discrete) {
+    *base = *shadow = writable;
+    return true;
+  }
+  // The caller's view: same pages, no access, so a CPU dereference faults as on a GPU pointer.
+  void* fenced = mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, offset);
+  if (fenced == MAP_FAILED) {
+    int error = errno;
+    munmap(writable, bytes);
+    errno = error;
+    return false;
+  }
+  *base = fenced;
+  *shadow = writable;
+  return true;
+}
 
 const char* allocation_kind_name(AllocationKind kind) {
   switch (kind) {
@@ -151,10 +180,45 @@ std::vector<Allocation> MemoryRegistry::take_all() {
   return out;
 }
 
-tsr_status check_range(const MemoryRegistry& registry, const char* operation, const char* param,
-                       const void* ptr, size_t bytes) {
+std::optional<Allocation> MemoryRegistry::find_in_tail(const void* ptr) const {
+  uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  std::shared_lock lock(mutex_);
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return std::nullopt;
+  --it;
+  const Allocation& allocation = it->second;
+  if (allocation.kind != AllocationKind::kDevice && allocation.kind != AllocationKind::kIpc) {
+    return std::nullopt;
+  }
+  uintptr_t offset = address - it->first;
+  if (offset < allocation.size || offset >= allocation.mapped_size) return std::nullopt;
+  return allocation;
+}
+
+tsr_status resolve(const MemoryRegistry& registry, const char* operation, const char* param,
+                   const void* ptr, size_t bytes, bool device_only, void** out) {
+  *out = const_cast<void*>(ptr);
+  if (bytes == 0) return TSR_OK;
   std::optional<Allocation> allocation = registry.find(ptr);
-  if (!allocation) return TSR_OK;
+  if (!allocation) {
+    std::optional<Allocation> tail = registry.find_in_tail(ptr);
+    if (tail && tail->shadow != tail->base) {
+      return fail(
+          TSR_INVALID_ARGUMENT,
+          "%s: %s %p lies %zu bytes past the end of its %zu-byte %s (discrete device "
+          "memory: the rest of the page is not the caller's)",
+          operation, param, ptr,
+          size_t(static_cast<const char*>(ptr) - static_cast<const char*>(tail->base)) - tail->size,
+          tail->size, allocation_kind_name(tail->kind));
+    }
+    if (device_only) {
+      return fail(TSR_INVALID_ARGUMENT,
+                  "%s: %s %p is host memory the backend does not know (pageable); in discrete "
+                  "mode kernels take device memory only",
+                  operation, param, ptr);
+    }
+    return TSR_OK;  // pageable host memory: the backend uses it as it is
+  }
   size_t offset =
       size_t(static_cast<const char*>(ptr) - static_cast<const char*>(allocation->base));
   if (bytes > allocation->size - offset) {
@@ -163,6 +227,14 @@ tsr_status check_range(const MemoryRegistry& registry, const char* operation, co
                 operation, param, bytes, offset, allocation->size,
                 allocation_kind_name(allocation->kind));
   }
+  const bool device_memory =
+      allocation->kind == AllocationKind::kDevice || allocation->kind == AllocationKind::kIpc;
+  if (device_only && !device_memory) {
+    return fail(TSR_INVALID_ARGUMENT,
+                "%s: %s is %s; in discrete mode kernels take device memory only", operation, param,
+                host_memory_name(allocation->kind));
+  }
+  *out = static_cast<char*>(allocation->shadow) + offset;
   return TSR_OK;
 }
 
@@ -170,12 +242,16 @@ void release_allocation(Backend& backend, const Allocation& allocation) {
   switch (allocation.kind) {
     case AllocationKind::kDevice:
       munmap(allocation.base, allocation.mapped_size);
+      if (allocation.shadow != allocation.base) munmap(allocation.shadow, allocation.mapped_size);
       close(allocation.fd);
       if (allocation.device >= 0 && size_t(allocation.device) < backend.devices.size()) {
         backend.devices[size_t(allocation.device)]->release(allocation.size);
       }
       break;
-    case AllocationKind::kIpc: munmap(allocation.base, allocation.mapped_size); break;
+    case AllocationKind::kIpc:
+      munmap(allocation.base, allocation.mapped_size);
+      if (allocation.shadow != allocation.base) munmap(allocation.shadow, allocation.mapped_size);
+      break;
     case AllocationKind::kPinned:
       if (allocation.locked) munlock(allocation.base, allocation.size);
       std::free(allocation.base);
@@ -203,7 +279,8 @@ tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
     }
     if (tsr_status s = dev->reserve(bytes); s != TSR_OK) return s;
     Allocation allocation;
-    if (tsr_status s = map_device_memory(device, bytes, &allocation); s != TSR_OK) {
+    if (tsr_status s = map_device_memory(device, bytes, backend->config.discrete, &allocation);
+        s != TSR_OK) {
       dev->release(bytes);
       return s;
     }
@@ -261,7 +338,7 @@ tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
                   format_bytes(bytes).c_str());
     }
     Allocation allocation;
-    allocation.base = base;
+    allocation.base = allocation.shadow = base;
     allocation.size = bytes;
     allocation.kind = AllocationKind::kPinned;
     // Best effort: locking needs RLIMIT_MEMLOCK headroom; unlocked memory works the same here.
@@ -297,13 +374,22 @@ tsr_status host_register(void* ptr, size_t bytes) {
   return guarded("host_register", [&] {
     Backend* backend;
     if (tsr_status s = require_backend("host_register", &backend); s != TSR_OK) return s;
+    if (backend->config.discrete) {
+      // A discrete device reaches host memory only through copies; registering would have to
+      // make an arbitrary host range device memory, which a GPU without mapped host memory
+      // cannot do either. TSR_CAP_HOST_REGISTER is off accordingly.
+      return fail(TSR_UNIMPLEMENTED,
+                  "host_register: not supported in discrete mode (TESSERA_HOST_DEVICES=N:discrete "
+                  "or discrete=1): registered host memory is not device memory there; use "
+                  "host_malloc_pinned for the host side of copies");
+    }
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "host_register: ptr is NULL");
     if (bytes == 0) return fail(TSR_INVALID_ARGUMENT, "host_register: bytes is 0");
     if (reinterpret_cast<uintptr_t>(ptr) > UINTPTR_MAX - bytes) {
       return fail(TSR_INVALID_ARGUMENT, "host_register: %p + %zu bytes wraps around", ptr, bytes);
     }
     Allocation allocation;
-    allocation.base = ptr;
+    allocation.base = allocation.shadow = ptr;
     allocation.size = bytes;
     allocation.kind = AllocationKind::kRegistered;
     if (!backend->memory.insert(allocation)) {

@@ -1,4 +1,6 @@
-// reduce_async: argument checks, then reduce_range (reduce_kernels.cc) on the stream's thread.
+// reduce_async: argument checks and pointer translation (resolve(): the shadow mapping of
+// discrete device memory, which is all a kernel takes in discrete mode), then reduce_range
+// (reduce_kernels.cc) on the stream's thread.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -45,31 +47,40 @@ tsr_status reduce_async(void* dst, const void* const* srcs, int32_t num_srcs, si
                   dtype_name(dtype));
     }
     const size_t bytes = count * element;
-    if (tsr_status s = check_range(backend->memory, kOp, "dst", dst, bytes); s != TSR_OK) return s;
+    const bool device_only = backend->config.discrete;
+    void* target;
+    if (tsr_status s = resolve(backend->memory, kOp, "dst", dst, bytes, device_only, &target);
+        s != TSR_OK) {
+      return s;
+    }
     std::vector<const void*> sources(srcs, srcs + num_srcs);  // the caller's array may go away
     for (int32_t k = 0; k < num_srcs; ++k) {
       char name[24];
       std::snprintf(name, sizeof name, "srcs[%d]", k);
       if (sources[k] == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: %s is NULL", kOp, name);
-      if (tsr_status s = check_range(backend->memory, kOp, name, sources[k], bytes); s != TSR_OK) {
-        return s;
-      }
       if (sources[k] != dst && ranges_overlap(sources[k], bytes, dst, bytes)) {
         return fail(TSR_INVALID_ARGUMENT,
                     "%s: %s overlaps dst without being equal to it (only exact in-place "
                     "reduction is allowed)",
                     kOp, name);
       }
+      void* source;
+      if (tsr_status s =
+              resolve(backend->memory, kOp, name, sources[k], bytes, device_only, &source);
+          s != TSR_OK) {
+        return s;
+      }
+      sources[k] = source;
     }
     const bool streaming = bytes >= kStreamingStoreThreshold;
-    return stream->enqueue(
-        kOp, /*always_run=*/false,
-        [dst, sources = std::move(sources), count, dtype, op, streaming](tsr_status, std::string*) {
-          reduce_range(dst, sources.data(), int32_t(sources.size()), 0, count, dtype, op,
-                       streaming);
-          if (streaming) store_fence();
-          return TSR_OK;
-        });
+    return stream->enqueue(kOp, /*always_run=*/false,
+                           [target, sources = std::move(sources), count, dtype, op, streaming](
+                               tsr_status, std::string*) {
+                             reduce_range(target, sources.data(), int32_t(sources.size()), 0, count,
+                                          dtype, op, streaming);
+                             if (streaming) store_fence();
+                             return TSR_OK;
+                           });
   });
 }
 

@@ -66,11 +66,19 @@ tsr_status backend_init(const tsr_init_options* options) {
 
     auto backend = std::make_unique<Backend>();
     if (tsr_status s = load_config(option_string, &backend->config); s != TSR_OK) return s;
+    if (backend->config.callback_threads == 1) {
+      backend->callback_thread = std::make_unique<CallbackThread>();
+      log(TSR_LOG_INFO,
+          "host backend: every host callback runs on one shared thread "
+          "(callback_threads=1)");
+    }
     for (int32_t i = 0; i < backend->config.devices; ++i) {
       backend->devices.push_back(std::make_unique<Device>(i, backend->config.memory_per_device,
-                                                          backend->config.memory_source));
+                                                          backend->config.memory_source,
+                                                          backend->config.discrete));
     }
-    log(TSR_LOG_INFO, "host backend: %d device(s), %s each (%s)", backend->config.devices,
+    log(TSR_LOG_INFO, "host backend: %d %sdevice(s), %s each (%s)", backend->config.devices,
+        backend->config.discrete ? "discrete " : "",
         format_bytes(backend->config.memory_per_device).c_str(), backend->config.memory_source);
     g_backend.store(backend.release(), std::memory_order_release);
     g_references = 1;
@@ -94,6 +102,8 @@ void backend_finalize() {
   Backend* backend = g_backend.exchange(nullptr, std::memory_order_acq_rel);
   shutdown_streams(*backend);  // runs queued work to completion before memory goes away
   backend->events.clear();
+  backend->host_signals.clear();
+  backend->callback_thread.reset();  // idle: every stream that used it is joined
   for (const Allocation& allocation : backend->memory.take_all()) {
     release_allocation(*backend, allocation);
   }

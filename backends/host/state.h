@@ -6,10 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "callback_thread.h"
 #include "config.h"
 #include "devices.h"
 #include "event.h"
 #include "handles.h"
+#include "host_signal.h"
 #include "memory.h"
 #include "stream.h"
 #include "tessera/hal/backend_abi.h"
@@ -20,8 +22,12 @@ struct Backend {
   Config config;
   std::vector<std::unique_ptr<Device>> devices;
   MemoryRegistry memory;
+  // callback_threads=1 only: the thread every host callback runs on. Declared before the streams
+  // so it outlives any stream object (their workers are joined before it is destroyed).
+  std::unique_ptr<CallbackThread> callback_thread;
   HandleTable<Stream> streams{kStreamTag};
   HandleTable<Event> events{kEventTag};
+  HandleTable<HostSignal> host_signals{kHostSignalTag};
 };
 
 // The live backend, or NULL before the first init and after the last finalize. Thread-safe.

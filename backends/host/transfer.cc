@@ -1,7 +1,9 @@
 // memcpy_async, memset_async and memcpy_peer_async. Every kind of memory this backend hands out
-// is ordinary host memory in one address space, so a transfer in any direction is a memcpy run
-// by the stream's worker. Arguments are validated before anything is enqueued, so bad input is
-// reported by the call itself, never by a crash on the worker.
+// is host memory in one address space, so a transfer in any direction is a memcpy run by the
+// stream's worker, on the addresses resolve() gives (in discrete mode a device pointer becomes
+// its shadow mapping). Arguments are validated before anything is enqueued, so bad input is
+// reported by the call itself, never by a crash on the worker. Copies take host memory on either
+// side in both modes; memset is a device kernel and, in discrete mode, takes device memory only.
 #include <cstring>
 
 #include "api.h"
@@ -30,8 +32,22 @@ tsr_status check_device_of(Backend& backend, const char* operation, const char* 
   return TSR_OK;
 }
 
-tsr_status enqueue_copy(Stream& stream, const char* operation, void* dst, const void* src,
-                        size_t bytes) {
+// Resolves both sides (host memory allowed on either) and enqueues the copy.
+tsr_status resolve_and_copy(Backend& backend, Stream& stream, const char* operation, void* dst_in,
+                            const void* src_in, size_t bytes) {
+  void* dst;
+  void* src_mutable;
+  if (tsr_status s = resolve(backend.memory, operation, "dst", dst_in, bytes,
+                             /*device_only=*/false, &dst);
+      s != TSR_OK) {
+    return s;
+  }
+  if (tsr_status s = resolve(backend.memory, operation, "src", src_in, bytes,
+                             /*device_only=*/false, &src_mutable);
+      s != TSR_OK) {
+    return s;
+  }
+  const void* src = src_mutable;
   bool overlap = ranges_overlap(dst, bytes, src, bytes);
   return stream.enqueue(operation, /*always_run=*/false,
                         [dst, src, bytes, overlap](tsr_status, std::string*) {
@@ -58,9 +74,7 @@ tsr_status memcpy_async(void* dst, const void* src, size_t bytes, tsr_stream str
     if (bytes == 0) return TSR_OK;
     if (tsr_status s = check_pointer(kOp, "dst", dst); s != TSR_OK) return s;
     if (tsr_status s = check_pointer(kOp, "src", src); s != TSR_OK) return s;
-    if (tsr_status s = check_range(backend->memory, kOp, "dst", dst, bytes); s != TSR_OK) return s;
-    if (tsr_status s = check_range(backend->memory, kOp, "src", src, bytes); s != TSR_OK) return s;
-    return enqueue_copy(*stream, kOp, dst, src, bytes);
+    return resolve_and_copy(*backend, *stream, kOp, dst, src, bytes);
   });
 }
 
@@ -73,12 +87,18 @@ tsr_status memset_async(void* dst, int32_t value, size_t bytes, tsr_stream strea
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
     if (bytes == 0) return TSR_OK;
     if (tsr_status s = check_pointer(kOp, "dst", dst); s != TSR_OK) return s;
-    if (tsr_status s = check_range(backend->memory, kOp, "dst", dst, bytes); s != TSR_OK) return s;
+    void* target;
+    if (tsr_status s =
+            resolve(backend->memory, kOp, "dst", dst, bytes, backend->config.discrete, &target);
+        s != TSR_OK) {
+      return s;
+    }
     auto byte = static_cast<unsigned char>(value);
-    return stream->enqueue(kOp, /*always_run=*/false, [dst, byte, bytes](tsr_status, std::string*) {
-      std::memset(dst, byte, bytes);
-      return TSR_OK;
-    });
+    return stream->enqueue(kOp, /*always_run=*/false,
+                           [target, byte, bytes](tsr_status, std::string*) {
+                             std::memset(target, byte, bytes);
+                             return TSR_OK;
+                           });
   });
 }
 
@@ -110,9 +130,7 @@ tsr_status memcpy_peer_async(void* dst, int32_t dst_device, const void* src, int
     if (tsr_status s = check_device_of(*backend, kOp, "src", src, src_device); s != TSR_OK) {
       return s;
     }
-    if (tsr_status s = check_range(backend->memory, kOp, "dst", dst, bytes); s != TSR_OK) return s;
-    if (tsr_status s = check_range(backend->memory, kOp, "src", src, bytes); s != TSR_OK) return s;
-    return enqueue_copy(*stream, kOp, dst, src, bytes);
+    return resolve_and_copy(*backend, *stream, kOp, dst, src, bytes);
   });
 }
 

@@ -4,6 +4,7 @@
 // host. Later work on the stream therefore waits for the callback to return, as the ABI requires
 // (a callback that blocks holds the stream), and callbacks run one at a time in enqueue order.
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <thread>
 
@@ -20,7 +21,8 @@ struct EventPair {
 struct CallbackQueue {
   struct Item {
     EventPair pair;
-    tsr_host_fn fn;
+    tsr_host_fn fn;          // one of fn and msg_fn is set
+    tsr_host_msg_fn msg_fn;  // stream_add_callback_with_message
     void* user_data;
   };
   std::mutex mutex;  // guards items and stopping; never held while a callback runs
@@ -44,7 +46,19 @@ void run_worker(CallbackQueue* q) {
       q->items.pop_front();
     }
     const ze_result_t r = ze().zeEventHostSynchronize(item.pair.reached, UINT64_MAX);
-    item.fn(item.user_data, r == ZE_RESULT_SUCCESS ? TSR_OK : status_of(r));
+    const tsr_status status = r == ZE_RESULT_SUCCESS ? TSR_OK : status_of(r);
+    if (item.msg_fn != nullptr) {
+      char message[256] = "";
+      if (r != ZE_RESULT_SUCCESS) {
+        std::snprintf(message, sizeof message,
+                      "level_zero stream: waiting for the work before this callback failed: "
+                      "zeEventHostSynchronize: %s (0x%x)",
+                      result_name(r), unsigned(r));
+      }
+      item.msg_fn(item.user_data, status, message);
+    } else {
+      item.fn(item.user_data, status);
+    }
     (void)ze().zeEventHostSignal(item.pair.released);
   }
 }
@@ -90,16 +104,19 @@ void stop_callbacks(Stream& s) {
   s.callbacks = nullptr;
 }
 
-namespace api {
+namespace {
 
-tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_data) {
-  static constexpr const char* kOp = "stream_add_callback";
+// Both callback entries: exactly one of fn and msg_fn is set.
+tsr_status add_callback(const char* kOp, tsr_stream handle, tsr_host_fn fn, tsr_host_msg_fn msg_fn,
+                        void* user_data) {
   return guarded(kOp, [&] {
     Backend* b;
     if (tsr_status st = require(kOp, &b); st != TSR_OK) return st;
     Stream* s;
     if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
-    if (fn == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: fn is NULL", kOp);
+    if (fn == nullptr && msg_fn == nullptr) {
+      return fail(TSR_INVALID_ARGUMENT, "%s: fn is NULL", kOp);
+    }
     std::lock_guard lock(s->mutex);
     if (s->callbacks == nullptr) {
       auto q = std::make_unique<CallbackQueue>();
@@ -122,6 +139,7 @@ tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_dat
         // `reached` is already appended: let the worker see it and signal `released` with no
         // callback to run, so nothing waits on a pair that is never released.
         fn = [](void*, tsr_status) {};
+        msg_fn = nullptr;
       }
     } else {
       q->free_pairs.push_back(pair);
@@ -130,7 +148,7 @@ tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_dat
     ++s->submitted;
     {
       std::lock_guard queue_lock(q->mutex);
-      q->items.push_back({pair, fn, user_data});
+      q->items.push_back({pair, fn, msg_fn, user_data});
     }
     q->wake.notify_one();
     // Once the stream is past the wait, the pair can be reset and reused (drain runs this under
@@ -143,6 +161,19 @@ tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_dat
     if (r != ZE_RESULT_SUCCESS) return fail_ze(r, kOp, "zeCommandListAppendWaitOnEvents");
     return TSR_OK;
   });
+}
+
+}  // namespace
+
+namespace api {
+
+tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_data) {
+  return add_callback("stream_add_callback", handle, fn, nullptr, user_data);
+}
+
+tsr_status stream_add_callback_with_message(tsr_stream handle, tsr_host_msg_fn fn,
+                                            void* user_data) {
+  return add_callback("stream_add_callback_with_message", handle, nullptr, fn, user_data);
 }
 
 }  // namespace api

@@ -138,7 +138,9 @@ void finalize() {
   if (g_references == 0 || --g_references > 0) return;
   // Still published while releasing: destroy_stream/destroy_event call through ze().
   Backend* b = g_backend.load(std::memory_order_acquire);
+  release_host_signals(*b);  // so that no stream below waits on one forever
   for (auto& [id, s] : b->streams) destroy_stream(s);
+  reap_streams(*b, true);
   for (auto& [id, e] : b->events) destroy_event(e);
   reap_events(*b, true);
   b->kernels.clear();  // kernels and modules, before their contexts go
@@ -198,6 +200,12 @@ tsr_backend_api_v1 make_table() {
   t.ipc_open_handle = &api::ipc_open_handle;
   t.ipc_close_handle = &api::ipc_close_handle;
   t.stream_add_callback = &api::stream_add_callback;
+  t.stream_add_callback_with_message = &api::stream_add_callback_with_message;
+  t.host_signal_create = &api::host_signal_create;  // all five (host_signal.cc)
+  t.host_signal_destroy = &api::host_signal_destroy;
+  t.host_signal_raise = &api::host_signal_raise;
+  t.host_signal_query = &api::host_signal_query;
+  t.stream_wait_host_signal = &api::stream_wait_host_signal;
 #if TESSERA_ZE_HAVE_KERNELS
   t.reduce_async = &api::reduce_async;
   t.cast_async = &api::cast_async;

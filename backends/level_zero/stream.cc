@@ -122,6 +122,22 @@ void reap_events(Backend& b, bool wait) {
   for (Event* e : done) destroy_event(e);  // waits (when `wait`) for what is still pending
 }
 
+void reap_streams(Backend& b, bool all) {
+  std::vector<Stream*> idle;
+  {
+    std::lock_guard lock(b.mutex);
+    auto keep =
+        std::stable_partition(b.retired_streams.begin(), b.retired_streams.end(), [&](Stream* s) {
+          if (all) return false;
+          std::lock_guard stream_lock(s->mutex);
+          return drain(*s, 0) == ZE_RESULT_NOT_READY;
+        });
+    idle.assign(keep, b.retired_streams.end());
+    b.retired_streams.erase(keep, b.retired_streams.end());
+  }
+  for (Stream* s : idle) destroy_stream(s);  // waits (when `all`) for what is still pending
+}
+
 tsr_status lookup_stream(Backend& b, const char* operation, tsr_stream handle, Stream** out) {
   return lookup(b, b.streams, kStreamTag, operation, "stream", handle, out);
 }
@@ -185,6 +201,7 @@ tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_strea
       return fail_ze(r, kOp, "zeCommandListCreateImmediate");
     }
     *out_stream = static_cast<tsr_stream>(insert(*b, b->streams, kStreamTag, s));
+    reap_streams(*b);
     return TSR_OK;
   });
 }
@@ -194,7 +211,16 @@ tsr_status stream_destroy(tsr_stream handle) {
   if (tsr_status s = require("stream_destroy", &b); s != TSR_OK) return s;
   Stream* s;
   if (tsr_status st = lookup_stream(*b, "stream_destroy", handle, &s); st != TSR_OK) return st;
-  if ((s = take_stream(*b, handle)) != nullptr) destroy_stream(s);
+  if ((s = take_stream(*b, handle)) != nullptr) {
+    if (waits_on_host_signal(*s)) {
+      // Draining would block until someone raises the signal: the stream goes once it is idle.
+      std::lock_guard lock(b->mutex);
+      b->retired_streams.push_back(s);
+    } else {
+      destroy_stream(s);
+    }
+  }
+  reap_streams(*b);
   return TSR_OK;
 }
 

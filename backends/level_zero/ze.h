@@ -121,6 +121,7 @@ struct Device {
 };
 
 struct CallbackQueue;  // callback.cc
+struct HostSignal;     // host_signal.cc
 
 struct Stream {
   int32_t device = 0;
@@ -134,6 +135,9 @@ struct Stream {
   // Cleanups (temporaries, callback events) run by drain once `done` reaches the position.
   std::vector<std::pair<uint64_t, std::function<void()>>> deferred;
   CallbackQueue* callbacks = nullptr;  // started by the first stream_add_callback
+  // Host-signal waits appended and perhaps not yet satisfied (host_signal.cc), pruned at each
+  // new wait: while one is unsatisfied, stream_destroy retires the stream instead of draining it.
+  std::vector<std::pair<std::shared_ptr<HostSignal>, uint64_t>> signal_waits;
 };
 
 struct Event {
@@ -168,6 +172,10 @@ struct Backend {
   std::unordered_map<uint64_t, Event*> events;
   // Events destroyed or re-recorded while pending: released once they complete (reap_events).
   std::vector<Event*> retired;
+  // Host signals by handle (host_signal.cc), and streams destroyed while waiting on one nobody had
+  // raised: released by reap_streams once idle, or at the last finalize.
+  std::unordered_map<uint64_t, std::shared_ptr<HostSignal>> signals;
+  std::vector<Stream*> retired_streams;
   // Kernel modules per device, built on first use (module.cc); guarded by kernels_mutex.
   std::mutex kernels_mutex;
   std::map<int32_t, std::shared_ptr<DeviceKernels>> kernels;
@@ -188,6 +196,12 @@ void destroy_event(Event* event);
 // Releases retired events that have completed (all of them, waiting, when `wait`).
 void reap_events(Backend& backend, bool wait);
 void stop_callbacks(Stream& stream);  // callback.cc: after the last drain, joins the worker
+// host_signal.cc: true while a host-signal wait appended to `stream` is unsatisfied.
+bool waits_on_host_signal(Stream& stream);
+// host_signal.cc: raises and forgets every signal (the last finalize, before streams go).
+void release_host_signals(Backend& backend);
+// stream.cc: destroys the retired streams that are idle now (all of them, waiting, when `all`).
+void reap_streams(Backend& backend, bool all = false);
 // Runs the deferred cleanups whose position the stream has passed. Caller holds stream.mutex.
 void run_deferred(Stream& stream, bool all);
 
@@ -225,6 +239,12 @@ tsr_status stream_synchronize(tsr_stream stream);
 tsr_status stream_query(tsr_stream stream);
 tsr_status stream_wait_event(tsr_stream stream, tsr_event event);
 tsr_status stream_add_callback(tsr_stream stream, tsr_host_fn fn, void* user_data);
+tsr_status stream_add_callback_with_message(tsr_stream stream, tsr_host_msg_fn fn, void* user_data);
+tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal);
+tsr_status host_signal_destroy(tsr_host_signal signal);
+tsr_status host_signal_raise(tsr_host_signal signal, uint64_t value);
+tsr_status host_signal_query(tsr_host_signal signal, uint64_t* out_value);
+tsr_status stream_wait_host_signal(tsr_stream stream, tsr_host_signal signal, uint64_t value);
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event);
 tsr_status event_destroy(tsr_event event);
 tsr_status event_record(tsr_event event, tsr_stream stream);

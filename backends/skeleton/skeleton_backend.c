@@ -213,6 +213,32 @@ static const tsr_backend_api_v1 kApi = {
     .cast_async = NULL,   /* TODO(porter): needed for mixed precision and compression */
     .gemm_async = NULL,   /* TODO(porter): optional, the planner calibrates with it */
     .collectives = NULL,  /* TODO(porter): optional, the vendor's collective library */
+    /* Minor 1. */
+    .stream_busy_wait = NULL, /* TODO(porter): optional test aid, a spin kernel of N microseconds */
+    /* Minor 2 (docs/PORTING.md section 4.9). */
+    /* TODO(porter): optional; like stream_add_callback, passing the stream's failure message
+     * ("" while OK) -- the runtime's error text when its stream callbacks receive a status. */
+    .stream_add_callback_with_message = NULL,
+    /* TODO(porter): host signals, all five or none (the loader treats a partial set as none).
+     * A 64-bit counter the host raises and streams wait on, so collectives sit on a stream
+     * without blocking a callback thread. Fill them with the runtime's host-signalled wait:
+     *   CUDA-like   word in mapped pinned memory; *StreamWaitValue64(GEQ) on its device address;
+     *               raise = atomic max store to the word (see backends/cuda/host_signal.cc)
+     *   Level Zero  an event per awaited value; zeCommandListAppendWaitOnEvents;
+     *               raise = zeEventHostSignal (backends/level_zero/host_signal.cc)
+     *   Ascend      an aclrtEvent per value; aclrtStreamWaitEvent; raise = aclrtRecordEvent on
+     *               an idle host-side stream (or aclrtNotify)
+     *   Cambricon   a cnrtNotifier_t per value; cnrtQueueWaitNotifier; raise = cnrtPlaceNotifier
+     *               on an idle host-side queue
+     * raise never blocks; destroy must not leave a waiting stream hung (fail or release it).
+     * Left NULL, list `unsupported HostSignal.*` and `unsupported
+     * Callback.ReceivesTheMessageOfTheStreamsFailure` in the expectations file; the collectives
+     * then block a callback thread per operation. */
+    .host_signal_create = NULL,
+    .host_signal_destroy = NULL,
+    .host_signal_raise = NULL,
+    .host_signal_query = NULL,
+    .stream_wait_host_signal = NULL,
 };
 
 TSR_BACKEND_EXPORT const tsr_backend_api_v1* tessera_backend_get_api_v1(const tsr_host_info* host) {

@@ -39,6 +39,12 @@ constexpr OptionalEntry kOptional[] = {
     TSR_CTS_OPTIONAL(gemm_async),
     TSR_CTS_OPTIONAL(collectives),
     TSR_CTS_OPTIONAL(stream_busy_wait),
+    TSR_CTS_OPTIONAL(stream_add_callback_with_message),
+    TSR_CTS_OPTIONAL(host_signal_create),
+    TSR_CTS_OPTIONAL(host_signal_destroy),
+    TSR_CTS_OPTIONAL(host_signal_raise),
+    TSR_CTS_OPTIONAL(host_signal_query),
+    TSR_CTS_OPTIONAL(stream_wait_host_signal),
 };
 #undef TSR_CTS_OPTIONAL
 #undef TSR_CTS_STRING

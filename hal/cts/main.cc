@@ -36,7 +36,8 @@ constexpr char kUsage[] =
     "  --expectations FILE   the backend's expectations file (default: expectations/NAME.txt\n"
     "                        next to this binary, in <prefix>/share/tessera/cts, or in the source\n"
     "                        tree; none found means every test must pass)\n"
-    "  --options \"k=v;...\"   passed to the backend's init (host: devices=N;memory=BYTES)\n"
+    "  --options \"k=v;...\"   passed to the backend's init (host: devices=N;memory=BYTES;\n"
+    "                        discrete=0|1;callback_threads=0|1)\n"
     "  --list                print every test with what the expectations say about it; run none\n"
     "  --help                this text\n"
     "\n"
@@ -52,7 +53,7 @@ struct Args {
   std::string ipc_child;  // hidden: run as the IPC test's second process
   bool list = false;
   bool help = false;
-  std::vector<char*> rest;  // argv[0] and everything for GoogleTest
+  std::vector<char*> rest;  // argv[0] and every argument that is not ours
 };
 
 bool take_value(int argc, char** argv, int* i, const char* flag, std::string* out) {
@@ -200,10 +201,15 @@ int run(int argc, char** argv) {
   if (!args.ipc_child.empty()) {
     return run_ipc_child(args.backend, args.options, args.ipc_child);
   }
-  int gtest_argc = static_cast<int>(args.rest.size());
-  args.rest.push_back(nullptr);
-  ::testing::InitGoogleTest(&gtest_argc, args.rest.data());
-  if (gtest_argc > 1) {
+  // GoogleTest sees the whole command line: a death test re-executes this program with the
+  // arguments GoogleTest was given, and the child needs --backend and --options to reach the
+  // same backend. It removes its own flags and leaves ours, which are parsed again.
+  std::vector<char*> gtest_argv(argv, argv + argc);
+  gtest_argv.push_back(nullptr);
+  int gtest_argc = argc;
+  ::testing::InitGoogleTest(&gtest_argc, gtest_argv.data());
+  args = parse_args(gtest_argc, gtest_argv.data());
+  if (args.rest.size() > 1) {
     std::fprintf(stderr, "tessera-cts: unknown argument '%s'\n%s", args.rest[1], kUsage);
     return 2;
   }

@@ -1,5 +1,7 @@
-// Device and pinned host memory, host registration, memory info and pointer attributes.
+// Device and pinned host memory, host registration, memory info and pointer attributes; on a
+// device whose memory the CPU cannot address, that a host load or store through it dies.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -16,6 +18,14 @@ namespace {
 class Memory : public DeviceTest {};
 
 void* const kUntouched = reinterpret_cast<void*>(uintptr_t{0x7e57});  // "outputs written on OK"
+
+// TSR_CAP_* of device 0, where the single-device memory tests run.
+uint64_t device0_capabilities() {
+  tsr_device_properties p{};
+  p.struct_size = sizeof p;
+  EXPECT_EQ(api().device_properties(0, &p), TSR_OK);
+  return p.capabilities;
+}
 
 const size_t kSizes[] = {1, 2, 3, 255, 256, 257, 4095, 4096, 4097, 65537, 1 << 20, (1 << 20) + 1};
 
@@ -133,6 +143,10 @@ TEST_F(Memory, AllocatesPinnedHostMemoryForCopies) {
 }
 
 CTS_TEST(Memory, RegistersHostMemoryForAsyncCopies, "host_register", "host_unregister") {
+  if ((device0_capabilities() & TSR_CAP_HOST_REGISTER) == 0) {
+    GTEST_SKIP() << "device 0 does not advertise TSR_CAP_HOST_REGISTER "
+                    "(Memory.RefusesHostRegisterWithoutTheCapability checks the refusal)";
+  }
   const size_t bytes = 1 << 20;
   std::unique_ptr<uint8_t, decltype(&std::free)> host(
       static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)), &std::free);
@@ -161,6 +175,58 @@ CTS_TEST(Memory, RegistersHostMemoryForAsyncCopies, "host_register", "host_unreg
     CTS_EXPECT_OK(api().pointer_attributes(host.get(), &a));
     EXPECT_EQ(a.type, TSR_MEMORY_UNKNOWN) << "memory after host_unregister";
   }
+}
+
+// A backend may keep host_register in its table while a device does not support it (the host
+// backend in discrete mode): then the call must refuse cleanly, not pretend.
+TEST_F(Memory, RefusesHostRegisterWithoutTheCapability) {
+  if ((device0_capabilities() & TSR_CAP_HOST_REGISTER) != 0) {
+    GTEST_SKIP() << "device 0 advertises TSR_CAP_HOST_REGISTER "
+                    "(Memory.RegistersHostMemoryForAsyncCopies checks it)";
+  }
+  if (!has_entry("host_register")) {
+    GTEST_SKIP() << "host_register is NULL, as the missing TSR_CAP_HOST_REGISTER says";
+  }
+  const size_t bytes = 1 << 16;
+  std::unique_ptr<uint8_t, decltype(&std::free)> host(
+      static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)), &std::free);
+  ASSERT_NE(host, nullptr);
+  const tsr_status status = api().host_register(host.get(), bytes);
+  if (status == TSR_OK && has_entry("host_unregister")) api().host_unregister(host.get());
+  EXPECT_TRUE(status_is(TSR_UNIMPLEMENTED, status, "api().host_register(host.get(), bytes)"))
+      << "device 0 does not advertise TSR_CAP_HOST_REGISTER";
+  EXPECT_STRNE(api().last_error(), "") << "the refusal should say why";
+}
+
+// Without TSR_CAP_HOST_ACCESSIBLE device memory is not CPU-addressable (a discrete GPU, or the
+// host backend's discrete mode): a host load or store through a device pointer must kill the
+// process, never quietly reach host memory; otherwise code that dereferences device memory on
+// the CPU would pass every test on that device. Each statement prints a marker first, so a child
+// that died for another reason (a bad command line) does not count.
+TEST_F(Memory, KillsAHostLoadOrStoreThroughADevicePointerWithoutHostAccess) {
+  if ((device0_capabilities() & TSR_CAP_HOST_ACCESSIBLE) != 0) {
+    GTEST_SKIP() << "device 0 advertises TSR_CAP_HOST_ACCESSIBLE: its memory is CPU-addressable";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend has threads of its own
+  DeviceMemory block;
+  CTS_ASSERT_OK(DeviceMemory::allocate(0, 4096, &block));
+  volatile uint8_t* device = block.get();
+  EXPECT_DEATH(
+      {
+        std::fputs("tessera-cts: loading from device memory on the host\n", stderr);
+        std::fflush(stderr);
+        const uint8_t value = device[100];
+        std::fprintf(stderr, "tessera-cts: the load returned %u\n", unsigned(value));
+      },
+      "loading from device memory on the host");
+  EXPECT_DEATH(
+      {
+        std::fputs("tessera-cts: storing to device memory on the host\n", stderr);
+        std::fflush(stderr);
+        device[100] = 0x5a;
+        std::fputs("tessera-cts: the store returned\n", stderr);
+      },
+      "storing to device memory on the host");
 }
 
 CTS_TEST(Memory, DescribesDevicePointersWithTheirAllocation, "pointer_attributes") {

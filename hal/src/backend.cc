@@ -225,6 +225,21 @@ Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
           (table->struct_size < required.end ? "beyond struct_size" : "NULL"));
     }
   }
+  // Host signals are one feature in five entries: a partial set cannot be used, so it is none.
+  auto& api = backend->api_;
+  if (!api.host_signal_create || !api.host_signal_destroy || !api.host_signal_raise ||
+      !api.host_signal_query || !api.stream_wait_host_signal) {
+    if (api.host_signal_create || api.host_signal_destroy || api.host_signal_raise ||
+        api.host_signal_query || api.stream_wait_host_signal) {
+      TSR_LOG(kWarn, "hal") << path << ": provides only some of the five host-signal entries; "
+                            << "host signals are treated as unsupported";
+    }
+    api.host_signal_create = nullptr;
+    api.host_signal_destroy = nullptr;
+    api.host_signal_raise = nullptr;
+    api.host_signal_query = nullptr;
+    api.stream_wait_host_signal = nullptr;
+  }
   backend->name_ = (table->name && table->name[0]) ? table->name : *log_name;
   TSR_LOG(kDebug, "hal") << "opened backend " << backend->name_ << " from " << path << " (ABI "
                          << table->abi_major << "." << table->abi_minor << ", table "

@@ -118,22 +118,98 @@ Status Stream::wait(const Event& event) const {
 }
 
 namespace {
-void run_callback(void* user_data, tsr_status status) {
+void run_callback_with_message(void* user_data, tsr_status status, const char* message) {
   std::unique_ptr<std::function<void(Status)>> fn(
       static_cast<std::function<void(Status)>*>(user_data));
   (*fn)(status == TSR_OK ? Status()
-                         : Status(static_cast<StatusCode>(status), "stream work failed"));
+                         : Status(static_cast<StatusCode>(status),
+                                  message && message[0] ? message : "stream work failed"));
+}
+void run_callback(void* user_data, tsr_status status) {
+  run_callback_with_message(user_data, status, nullptr);
 }
 }  // namespace
 
 Status Stream::add_callback(std::function<void(Status)> fn) const {
   const auto& api = backend_->api();
-  if (api.stream_add_callback == nullptr) return unsupported("stream_add_callback");
+  if (api.stream_add_callback == nullptr && api.stream_add_callback_with_message == nullptr) {
+    return unsupported("stream_add_callback");
+  }
   auto owned = std::make_unique<std::function<void(Status)>>(std::move(fn));
-  TSR_RETURN_IF_ERROR(backend_->check(api.stream_add_callback(stream_, &run_callback, owned.get()),
-                                      "stream_add_callback"));
-  owned.release();  // run_callback owns it now
+  if (api.stream_add_callback_with_message != nullptr) {
+    TSR_RETURN_IF_ERROR(backend_->check(
+        api.stream_add_callback_with_message(stream_, &run_callback_with_message, owned.get()),
+        "stream_add_callback_with_message"));
+  } else {
+    TSR_RETURN_IF_ERROR(backend_->check(
+        api.stream_add_callback(stream_, &run_callback, owned.get()), "stream_add_callback"));
+  }
+  owned.release();  // the callback owns it now
   return Status();
+}
+
+Status Stream::wait(const HostSignal& signal, uint64_t value) const {
+  const auto& api = backend_->api();
+  if (api.stream_wait_host_signal == nullptr) return unsupported("stream_wait_host_signal");
+  if (!signal) return invalid_argument("stream_wait_host_signal: the host signal is empty");
+  if (signal.backend() != backend_) {
+    return invalid_argument("stream_wait_host_signal: the host signal belongs to backend " +
+                            signal.backend()->name() + " (" + signal.backend()->path() +
+                            "), the stream to " + backend_->name() + " (" + backend_->path() + ")");
+  }
+  return backend_->check(api.stream_wait_host_signal(stream_, signal.handle(), value),
+                         "stream_wait_host_signal");
+}
+
+// ---- HostSignal ---------------------------------------------------------------------------
+
+Result<HostSignal> HostSignal::create(std::shared_ptr<Backend> backend, int32_t device) {
+  if (!supported(*backend)) {
+    return unimplemented(backend->name() +
+                         " does not support host signals (host_signal_create "
+                         "is NULL in its table)");
+  }
+  tsr_host_signal signal = nullptr;
+  TSR_RETURN_IF_ERROR(
+      backend->check(backend->api().host_signal_create(device, &signal), "host_signal_create"));
+  return HostSignal(std::move(backend), device, signal);
+}
+
+HostSignal& HostSignal::operator=(HostSignal&& other) noexcept {
+  if (this != &other) {
+    reset();
+    backend_ = std::move(other.backend_);
+    device_ = std::exchange(other.device_, -1);
+    signal_ = std::exchange(other.signal_, nullptr);
+  }
+  return *this;
+}
+
+void HostSignal::reset() {
+  if (signal_ == nullptr) return;
+  Status status =
+      backend_->check(backend_->api().host_signal_destroy(signal_), "host_signal_destroy");
+  if (!status.ok()) TSR_LOG(kError, "hal") << status.to_string();
+  signal_ = nullptr;
+}
+
+Status HostSignal::check_not_empty(const char* operation) const {
+  if (signal_ != nullptr) return Status();
+  return failed_precondition(std::string(operation) +
+                             ": the host signal is empty (default-constructed or moved from)");
+}
+
+Status HostSignal::raise(uint64_t value) const {
+  TSR_RETURN_IF_ERROR(check_not_empty("host_signal_raise"));
+  return backend_->check(backend_->api().host_signal_raise(signal_, value), "host_signal_raise");
+}
+
+Result<uint64_t> HostSignal::value() const {
+  TSR_RETURN_IF_ERROR(check_not_empty("host_signal_query"));
+  uint64_t out = 0;
+  TSR_RETURN_IF_ERROR(
+      backend_->check(backend_->api().host_signal_query(signal_, &out), "host_signal_query"));
+  return out;
 }
 
 Status Stream::busy_wait(uint64_t microseconds) const {

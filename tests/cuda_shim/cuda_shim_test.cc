@@ -37,7 +37,8 @@ TEST(Fakert, ReportsItsDevicesWithTheirProperties) {
   EXPECT_EQ(api.reduce_async, nullptr) << "built with KERNELS OFF";
   EXPECT_EQ(api.gemm_async, nullptr) << "built with no BLAS library";
   EXPECT_EQ(api.ipc_get_handle, nullptr) << "built with IPC OFF";
-  EXPECT_EQ(api.collectives, nullptr) << "built with no collective library";
+  ASSERT_NE(api.collectives, nullptr) << "built with the fake NCCL (fakenccl.cc)";
+  EXPECT_STREQ(api.collectives->library, "FAKENCCL 2.21.5");
   tsr_device_properties p{};
   p.struct_size = sizeof p;
   ASSERT_EQ(api.device_properties(1, &p), TSR_OK) << api.last_error();

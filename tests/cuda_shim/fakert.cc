@@ -40,7 +40,8 @@ size_t capacity() {
 
 struct Block {
   size_t size;
-  int device;  // -1: pinned host
+  int device;           // -1: pinned host
+  bool mapped = false;  // pinned host with fakertHostAllocMapped
 };
 
 struct State {
@@ -48,7 +49,9 @@ struct State {
   std::map<void*, Block> blocks;           // device and pinned allocations
   std::map<uintptr_t, size_t> registered;  // host_register ranges
   std::set<fakertStream_t> streams;        // live streams, for the implicit sync of Free
-  std::set<std::pair<int, int>> peers;     // enabled peer access (device, peer)
+  size_t zombies = 0;                      // destroyed streams still running their work
+  std::condition_variable zombies_done;
+  std::set<std::pair<int, int>> peers;  // enabled peer access (device, peer)
   size_t used[64] = {};
 };
 
@@ -91,6 +94,36 @@ void synchronize_all() {
     streams = state().streams;
   }
   for (fakertStream_t s : streams) s->synchronize();
+  std::unique_lock lock(state().mutex);
+  state().zombies_done.wait(lock, [] { return state().zombies == 0; });
+}
+
+void add_zombie() {
+  std::lock_guard lock(state().mutex);
+  ++state().zombies;
+}
+
+void remove_zombie() {
+  {
+    std::lock_guard lock(state().mutex);
+    --state().zombies;
+  }
+  state().zombies_done.notify_all();
+}
+
+void* mapped_host_address(uintptr_t device_address, size_t bytes) {
+  if ((device_address & kDeviceWindow) == 0) return nullptr;
+  void* host = reinterpret_cast<void*>(device_address & ~kDeviceWindow);
+  std::lock_guard lock(state().mutex);
+  auto it = state().blocks.upper_bound(host);
+  if (it == state().blocks.begin()) return nullptr;
+  --it;
+  const auto offset = uintptr_t(host) - uintptr_t(it->first);
+  if (it->second.device >= 0 || !it->second.mapped || offset > it->second.size ||
+      bytes > it->second.size - offset) {
+    return nullptr;
+  }
+  return host;
 }
 
 fakertError_t submit(fakertStream_t stream, std::function<void()> work) {
@@ -257,13 +290,16 @@ fakertError_t fakertFree(void* ptr) {
   return fakertSuccess;
 }
 
-fakertError_t fakertHostAlloc(void** ptr, size_t bytes, unsigned int) {
+fakertError_t fakertHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
   if (ptr == nullptr || bytes == 0) return set_error(fakertErrorInvalidValue);
+  if (flags & ~unsigned(fakertHostAllocPortable | fakertHostAllocMapped)) {
+    return set_error(fakertErrorInvalidValue);
+  }
   const size_t rounded = (bytes + 4095) / 4096 * 4096;
   void* block = std::aligned_alloc(4096, rounded);
   if (block == nullptr) return set_error(fakertErrorMemoryAllocation);
   std::lock_guard lock(state().mutex);
-  state().blocks[block] = Block{rounded, -1};
+  state().blocks[block] = Block{rounded, -1, (flags & fakertHostAllocMapped) != 0};
   *ptr = block;
   return fakertSuccess;
 }
@@ -278,6 +314,22 @@ fakertError_t fakertFreeHost(void* ptr) {
   }
   state().blocks.erase(it);
   std::free(ptr);
+  return fakertSuccess;
+}
+
+fakertError_t fakertHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned int flags) {
+  if (device_ptr == nullptr || host_ptr == nullptr || flags != 0) {
+    return set_error(fakertErrorInvalidValue);
+  }
+  std::lock_guard lock(state().mutex);
+  auto it = state().blocks.upper_bound(host_ptr);
+  if (it == state().blocks.begin()) return set_error(fakertErrorInvalidValue);
+  --it;
+  const auto offset = uintptr_t(host_ptr) - uintptr_t(it->first);
+  if (it->second.device >= 0 || !it->second.mapped || offset >= it->second.size) {
+    return set_error(fakertErrorInvalidValue);  // only mapped pinned memory has a device address
+  }
+  *device_ptr = reinterpret_cast<void*>(uintptr_t(host_ptr) | kDeviceWindow);
   return fakertSuccess;
 }
 

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -24,9 +26,19 @@ bool valid_device(int device);
 // The live streams, for the implicit synchronisation of Free and of the NULL stream.
 void register_stream(fakertStream_t stream);
 bool unregister_stream(fakertStream_t stream);
-void synchronize_all();
+void synchronize_all();  // live streams, and destroyed ones whose work is still running
+// Destroyed streams with work left (cudaStreamDestroy returns at once; the stream goes when its
+// work is done): counted so that synchronize_all waits for them too.
+void add_zombie();
+void remove_zombie();
 // Runs `work` on the stream, or right away (after every stream) for the NULL stream.
 fakertError_t submit(fakertStream_t stream, std::function<void()> work);
+// Mapped pinned memory has device addresses in a window of their own, host | kDeviceWindow: a
+// non-canonical address on x86-64 and AArch64, so a CPU load from one faults.
+inline constexpr uintptr_t kDeviceWindow = uintptr_t(1) << 60;
+// The host address behind a device address of mapped pinned memory, with `bytes` inside the
+// allocation; NULL when it is not one.
+void* mapped_host_address(uintptr_t device_address, size_t bytes);
 
 // A point in a stream's work, completed by the worker when it gets there.
 struct Marker {
@@ -59,6 +71,7 @@ struct fakertStream_st {
   std::deque<std::function<void()>> queue;
   size_t pending = 0;  // queued or running
   bool closing = false;
+  bool detached = false;  // destroyed while busy: the worker deletes the stream when done
   std::thread worker;
 
   fakertStream_st() {
@@ -70,7 +83,7 @@ struct fakertStream_st {
       closing = true;
     }
     cv.notify_all();
-    worker.join();
+    if (worker.joinable()) worker.join();  // not when the worker itself deletes a detached stream
   }
   void enqueue(std::function<void()> work) {
     {
@@ -88,13 +101,29 @@ struct fakertStream_st {
     std::lock_guard lock(mutex);
     return pending == 0;
   }
+  // Lets the worker finish what is queued and then delete the stream (and the zombie count).
+  void detach_when_done() {
+    {
+      std::lock_guard lock(mutex);
+      closing = true;
+      detached = true;
+    }
+    cv.notify_all();
+  }
   void run() {
     for (;;) {
       std::function<void()> work;
       {
         std::unique_lock lock(mutex);
         cv.wait(lock, [&] { return !queue.empty() || closing; });
-        if (queue.empty()) return;
+        if (queue.empty()) {
+          if (!detached) return;
+          lock.unlock();
+          worker.detach();
+          delete this;  // nothing of the stream is touched after this
+          fakert_internal::remove_zombie();
+          return;
+        }
         work = std::move(queue.front());
         queue.pop_front();
       }

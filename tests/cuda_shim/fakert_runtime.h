@@ -4,9 +4,11 @@
  * CUDA's signatures and semantics, over plain host memory: FAKERT_DEVICES devices (default 1, 0
  * makes fakertGetDeviceCount fail with fakertErrorNoDevice) of FAKERT_DEVICE_MEMORY bytes each
  * (default 2 GiB), streams run by one worker thread each, events with timing, host functions.
- * IPC is not supported (fakertErrorNotSupported). It stands in for MetaX's mc*, Moore Threads'
- * musa* or Biren's supa* runtimes, which cannot be installed here, to prove that the backend
- * builds and works under another prefix by configuration alone.
+ * IPC is not supported (fakertErrorNotSupported). Mapped pinned memory has a device address of its
+ * own (not the host address, and not one the CPU can dereference), and a fake driver, fakecu*,
+ * offers the stream memory wait host signals use (fakecuStreamWaitValue64_v2). It stands in for
+ * MetaX's mc*, Moore Threads' musa* or Biren's supa* runtimes, which cannot be installed here, to
+ * prove that the backend builds and works under another prefix by configuration alone.
  */
 #ifndef TESSERA_TESTS_CUDA_SHIM_FAKERT_RUNTIME_H_
 #define TESSERA_TESTS_CUDA_SHIM_FAKERT_RUNTIME_H_
@@ -35,6 +37,8 @@ typedef enum fakertError {
 typedef struct fakertStream_st* fakertStream_t;
 typedef struct fakertEvent_st* fakertEvent_t;
 typedef void (*fakertHostFn_t)(void* user_data);
+typedef void (*fakertStreamCallback_t)(fakertStream_t stream, fakertError_t status,
+                                       void* user_data);
 
 typedef struct fakertUUID_st {
   char bytes[16];
@@ -63,6 +67,7 @@ enum fakertDeviceAttr { fakertDevAttrClockRate = 13, fakertDevAttrMemoryClockRat
 #define fakertEventDefault 0x00
 #define fakertEventDisableTiming 0x02
 #define fakertHostAllocPortable 0x01
+#define fakertHostAllocMapped 0x02
 #define fakertHostRegisterPortable 0x01
 #define fakertIpcMemLazyEnablePeerAccess 0x01
 
@@ -87,6 +92,8 @@ fakertError_t fakertHostAlloc(void** ptr, size_t bytes, unsigned int flags);
 fakertError_t fakertFreeHost(void* ptr);
 fakertError_t fakertHostRegister(void* ptr, size_t bytes, unsigned int flags);
 fakertError_t fakertHostUnregister(void* ptr);
+/* The device address of mapped pinned memory (fakertHostAllocMapped); flags must be 0. */
+fakertError_t fakertHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned int flags);
 fakertError_t fakertMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
 fakertError_t fakertMemcpyAsync(void* dst, const void* src, size_t bytes,
@@ -102,6 +109,9 @@ fakertError_t fakertStreamSynchronize(fakertStream_t stream);
 fakertError_t fakertStreamQuery(fakertStream_t stream);
 fakertError_t fakertStreamWaitEvent(fakertStream_t stream, fakertEvent_t event, unsigned int flags);
 fakertError_t fakertLaunchHostFunc(fakertStream_t stream, fakertHostFn_t fn, void* user_data);
+/* flags must be 0. Fake streams never fail, so the callback always gets fakertSuccess. */
+fakertError_t fakertStreamAddCallback(fakertStream_t stream, fakertStreamCallback_t callback,
+                                      void* user_data, unsigned int flags);
 
 fakertError_t fakertEventCreateWithFlags(fakertEvent_t* event, unsigned int flags);
 fakertError_t fakertEventDestroy(fakertEvent_t event);
@@ -113,6 +123,20 @@ fakertError_t fakertEventElapsedTime(float* ms, fakertEvent_t start, fakertEvent
 fakertError_t fakertIpcGetMemHandle(fakertIpcMemHandle_t* handle, void* ptr);
 fakertError_t fakertIpcOpenMemHandle(void** ptr, fakertIpcMemHandle_t handle, unsigned int flags);
 fakertError_t fakertIpcCloseMemHandle(void* ptr);
+
+/* ---- the fake driver (fakert_driver.cc) ----------------------------------------------------
+ * The subset of CUDA's driver API that backends/cuda resolves with dlsym for host signals, with
+ * the driver's signatures under the prefix fakecu (CUresult is int, 0 success; CUstream is the
+ * runtime stream; CUdeviceptr is unsigned long long). FAKERT_NO_STREAM_MEM_OPS=1 makes every
+ * device report attribute 122 (64-bit stream memory operations) as 0. */
+#define FAKECU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS 122
+#define FAKECU_STREAM_WAIT_VALUE_GEQ 0x0
+int fakecuStreamWaitValue64_v2(fakertStream_t stream, unsigned long long address,
+                               unsigned long long value, unsigned int flags);
+int fakecuDeviceGet(int* device, int ordinal);
+int fakecuDeviceGetAttribute(int* value, int attribute, int device);
+int fakecuGetErrorName(int result, const char** text);
+int fakecuGetErrorString(int result, const char** text);
 
 #ifdef __cplusplus
 } /* extern "C" */

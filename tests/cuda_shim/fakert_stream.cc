@@ -46,7 +46,14 @@ fakertError_t fakertStreamCreateWithPriority(fakertStream_t* stream, unsigned in
 fakertError_t fakertStreamDestroy(fakertStream_t stream) {
   if (stream == nullptr) return set_error(fakertErrorInvalidResourceHandle);
   if (!unregister_stream(stream)) return set_error(fakertErrorInvalidResourceHandle);
-  delete stream;  // the worker finishes what is queued, then exits
+  if (stream->idle()) {
+    delete stream;  // joins the worker (which finishes anything queued meanwhile)
+    return fakertSuccess;
+  }
+  // As cudaStreamDestroy: returns at once; the stream goes once its work is done (a stream
+  // memory wait may hold it until the host raises a signal).
+  add_zombie();
+  stream->detach_when_done();
   return fakertSuccess;
 }
 
@@ -74,6 +81,13 @@ fakertError_t fakertStreamWaitEvent(fakertStream_t stream, fakertEvent_t event, 
 fakertError_t fakertLaunchHostFunc(fakertStream_t stream, fakertHostFn_t fn, void* user_data) {
   if (fn == nullptr) return set_error(fakertErrorInvalidValue);
   return submit(stream, [fn, user_data] { fn(user_data); });
+}
+
+fakertError_t fakertStreamAddCallback(fakertStream_t stream, fakertStreamCallback_t callback,
+                                      void* user_data, unsigned int flags) {
+  if (callback == nullptr || flags != 0) return set_error(fakertErrorInvalidValue);
+  return submit(stream,
+                [stream, callback, user_data] { callback(stream, fakertSuccess, user_data); });
 }
 
 fakertError_t fakertEventCreateWithFlags(fakertEvent_t* event, unsigned int flags) {

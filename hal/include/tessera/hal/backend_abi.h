@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 #define TSR_BACKEND_ABI_MAJOR 1
-#define TSR_BACKEND_ABI_MINOR 1 /* 1: stream_busy_wait */
+#define TSR_BACKEND_ABI_MINOR 2 /* 1: stream_busy_wait; 2: callbacks with a message, host signals */
 
 /* Name of the entry point for this major version, for dlsym. */
 #define TSR_BACKEND_ENTRY_POINT "tessera_backend_get_api_v1"
@@ -299,6 +299,20 @@ typedef struct tsr_collectives_api_v1 {
  * failure. It must not call back into the stream it was enqueued on. */
 typedef void (*tsr_host_fn)(void* user_data, tsr_status status);
 
+/* The same, with the stream's failure message ("" when status is TSR_OK; valid only during the
+ * call), so a callback can say what failed upstream, not only that something did. Minor 2. */
+typedef void (*tsr_host_msg_fn)(void* user_data, tsr_status status, const char* message);
+
+/* A host signal: a 64-bit counter, starting at 0, that the host raises and streams wait on (a
+ * timeline semaphore, as IREE's). It lets an operation the host drives (a collective, a transfer
+ * over the network) sit on a stream without holding any backend thread: the stream waits until
+ * the host raises the counter to a value, then runs on. How vendor stacks provide it: CUDA and
+ * HIP wait on a value in host-mapped memory (cuStreamWaitValue64 / hipStreamWaitValue64 with
+ * GEQ, the host stores the value), Level Zero appends a wait on an event the host signals
+ * (zeEventHostSignal, one event per value), Ascend waits on a notify/event the host records
+ * (aclrtStreamWaitEvent on an event recorded by aclrtRecordEvent from a host-side stream). Minor 2. */
+typedef struct tsr_host_signal_s* tsr_host_signal;
+
 typedef struct tsr_backend_api_v1 {
   size_t struct_size;  /* sizeof(tsr_backend_api_v1) as the backend compiled it */
   uint32_t abi_major;  /* must equal TSR_BACKEND_ABI_MAJOR (1) */
@@ -442,6 +456,33 @@ typedef struct tsr_backend_api_v1 {
    * compute on machines without one. 0 is a no-op; more than 60 000 000 (one minute) is
    * TSR_INVALID_ARGUMENT. Absent (NULL or beyond struct_size) in tables before minor 1. */
   tsr_status (*stream_busy_wait)(tsr_stream stream, uint64_t microseconds);
+
+  /* ---- appended in minor 2 --------------------------------------------------------------- */
+
+  /* [optional] stream_add_callback whose function also receives the failure message of the
+   * stream ("" when status is TSR_OK). Same ordering and thread rules as stream_add_callback. */
+  tsr_status (*stream_add_callback_with_message)(tsr_stream stream, tsr_host_msg_fn fn,
+                                                 void* user_data);
+
+  /* [optional] Host signals: a backend provides all five entries or none (the loader treats a
+   * partial set as none). The counter only grows. */
+  /* Creates a signal whose counter is 0, usable by streams of `device`. */
+  tsr_status (*host_signal_create)(int32_t device, tsr_host_signal* out_signal);
+  /* Releases the signal. A stream still waiting on it never hangs: the wait either fails (sticky;
+   * the host backend: TSR_CANCELLED) or is released, as the runtime allows (CUDA, HIP and Level
+   * Zero cannot fail a stream from the host, so they release it). Callers raise the signal before
+   * destroying it. */
+  tsr_status (*host_signal_destroy)(tsr_host_signal signal);
+  /* Raises the counter to max(counter, value) and wakes the streams whose wait it satisfies.
+   * Never blocks; callable from any thread, including a host callback. */
+  tsr_status (*host_signal_raise)(tsr_host_signal signal, uint64_t value);
+  /* *out_value = the counter now. */
+  tsr_status (*host_signal_query)(tsr_host_signal signal, uint64_t* out_value);
+  /* Later work on `stream` waits until the counter is >= value (at once when it already is). The
+   * wait holds the stream, never a host thread; it has no timeout: whoever enqueues it must raise
+   * the signal, on failure too. A backend whose device compares signed 64-bit differences (CUDA,
+   * HIP) refuses value > 2^63-1 with TSR_INVALID_ARGUMENT. */
+  tsr_status (*stream_wait_host_signal)(tsr_stream stream, tsr_host_signal signal, uint64_t value);
 } tsr_backend_api_v1;
 
 /* The entry point each backend exports. Returns NULL only if the backend cannot serve this host

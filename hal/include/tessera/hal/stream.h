@@ -42,6 +42,40 @@ class Event {
   tsr_event event_ = nullptr;
 };
 
+// A host signal (backend_abi.h, minor 2): a counter the host raises and streams wait on, so
+// host-driven work can sit on a stream without holding a backend thread. Move-only.
+class HostSignal {
+ public:
+  HostSignal() = default;
+  // UNIMPLEMENTED when the backend lacks host signals (supported() says so without trying).
+  static Result<HostSignal> create(std::shared_ptr<Backend> backend, int32_t device);
+  static bool supported(const Backend& backend) { return backend.api().host_signal_create; }
+  ~HostSignal() { reset(); }
+  HostSignal(HostSignal&& other) noexcept { *this = std::move(other); }
+  HostSignal& operator=(HostSignal&& other) noexcept;
+  HostSignal(const HostSignal&) = delete;
+  HostSignal& operator=(const HostSignal&) = delete;
+
+  // Counter = max(counter, value); wakes the streams waiting for it. Never blocks; any thread.
+  // FAILED_PRECONDITION on an empty (default-constructed or moved-from) signal.
+  Status raise(uint64_t value) const;
+  Result<uint64_t> value() const;
+
+  tsr_host_signal handle() const { return signal_; }
+  int32_t device() const { return device_; }
+  const std::shared_ptr<Backend>& backend() const { return backend_; }
+  explicit operator bool() const { return signal_ != nullptr; }
+
+ private:
+  HostSignal(std::shared_ptr<Backend> backend, int32_t device, tsr_host_signal signal)
+      : backend_(std::move(backend)), device_(device), signal_(signal) {}
+  void reset();
+  Status check_not_empty(const char* operation) const;
+  std::shared_ptr<Backend> backend_;
+  int32_t device_ = -1;
+  tsr_host_signal signal_ = nullptr;
+};
+
 class Stream {
  public:
   Stream() = default;
@@ -65,8 +99,15 @@ class Stream {
   Status gemm(const tsr_gemm_desc& desc) const;
   // Later work waits for `event`.
   Status wait(const Event& event) const;
-  // Runs `fn(status)` on a backend thread once earlier work is done.
+  // Runs `fn(status)` on a backend thread once earlier work is done. The status carries the
+  // stream's failure message when the backend provides it (stream_add_callback_with_message).
+  // Callbacks may share one thread with every other stream's (some runtimes have only one): a
+  // callback must not block on other streams' work or on other processes.
   Status add_callback(std::function<void(Status)> fn) const;
+  // Later work waits until `signal` reaches `value` (UNIMPLEMENTED without host signals;
+  // INVALID_ARGUMENT for an empty signal or one of another backend). The wait holds this stream
+  // only; whoever enqueues it must raise the signal, on failure too.
+  Status wait(const HostSignal& signal, uint64_t value) const;
   // Occupies the stream for `microseconds` us in order with its other work (a spin kernel, or a
   // sleep on the host backend): models device compute in tests and benchmarks. UNIMPLEMENTED when
   // the backend lacks stream_busy_wait (tables before ABI minor 1).
