@@ -1,7 +1,8 @@
 // overlap_bench: data-parallel "training" of a scaled GPT layer stack on R ranks (forked on this
 // host), where each layer's backward compute is the HAL busy-wait kernel (stream_busy_wait: a
 // sleep of the stream's worker on the host backend, so this models an accelerator; it does not
-// load the CPU) and the gradients are real buffers reduced through the collectives.
+// load the CPU) and the gradients are real device buffers reduced through the collectives (on
+// discrete host devices, TESSERA_HOST_DEVICES=N:discrete, they are memory the CPU cannot touch).
 //
 // For each compute/communication ratio it reports the step time of: no overlap (backward, then one
 // allreduce of everything), the overlap engine, and the engine with each codec; the exposed
@@ -82,7 +83,7 @@ int rank_main(int rank, int n, const Args& args) {
   auto devices = platform.value()->devices("host");
   if (devices.empty()) return 2;
   const hal::Device device = devices[0];
-  auto comm = coll::testing::child_communicator(rank, n);
+  auto comm = coll::testing::child_communicator(rank, n, {}, &device);
   if (!comm) return 2;
   auto compute_or = device.create_stream();
   if (!compute_or.ok()) return 2;
@@ -98,20 +99,34 @@ int rank_main(int rank, int n, const Args& args) {
   }
   size_t total = 0;
   for (size_t c : counts) total += c;
+  // Device memory (the engine never touches it on the CPU): filled by a copy from the host, and
+  // the baseline's allreduce runs on a device copy of it, as the engine's does.
   auto grads_or = device.allocate(total * sizeof(float));
-  if (!grads_or.ok()) return 2;
+  auto flat_or = device.allocate(total * sizeof(float));
+  if (!grads_or.ok() || !flat_or.ok()) return 2;
   float* grads = static_cast<float*>(grads_or.value().data());
-  for (size_t i = 0; i < total; ++i) grads[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-  std::vector<float> flat(total);
+  float* flat = static_cast<float*>(flat_or.value().data());
+  {
+    std::vector<float> init(total);
+    for (size_t i = 0; i < total; ++i) init[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    if (!compute.copy(grads, init.data(), total * sizeof(float)).ok() ||
+        !compute.synchronize().ok()) {
+      return 2;
+    }
+  }
+  const auto refresh_flat = [&] {
+    (void)compute.copy(flat, grads, total * sizeof(float));
+    (void)compute.synchronize();
+  };
   const size_t per_layer = counts.size() / size_t(args.layers);
 
   // Standalone communication: one allreduce of everything (blocking), the best of five.
   std::vector<double> comm_times;
   for (int i = 0; i < 5; ++i) {
-    std::memcpy(flat.data(), grads, total * sizeof(float));
+    refresh_flat();
     (void)comm->barrier();
     const auto t0 = Clock::now();
-    if (!comm->allreduce(flat.data(), flat.data(), total, DType::kF32, hal::ReduceOp::kAvg).ok()) {
+    if (!comm->allreduce(flat, flat, total, DType::kF32, hal::ReduceOp::kAvg).ok()) {
       return 4;
     }
     comm_times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
@@ -139,8 +154,8 @@ int rank_main(int rank, int n, const Args& args) {
       Result r{"no overlap"};
       r.step_s = best_step(*comm, args.steps, [&] {
         backward();
-        std::memcpy(flat.data(), grads, total * sizeof(float));
-        (void)comm->allreduce(flat.data(), flat.data(), total, DType::kF32, hal::ReduceOp::kAvg);
+        refresh_flat();
+        (void)comm->allreduce(flat, flat, total, DType::kF32, hal::ReduceOp::kAvg);
       });
       r.exposed_s = r.step_s - double(layer_us) * args.layers * 1e-6;
       r.payload = r.wire = total * sizeof(float);

@@ -1,7 +1,8 @@
 // Compression codecs: softmax regression on 4 ranks for 300 steps reaches, with bf16 on the wire,
 // top-k 1% with error feedback and PowerSGD rank 4 with error feedback, a final loss within 3% of
 // the uncompressed run; every rank ends with the same parameters; wire bytes shrink as promised;
-// error-feedback state survives a round trip through codec_state().
+// error-feedback state survives a round trip through codec_state(). The model lives on the host,
+// the engine's gradient buffers in device memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,18 +105,28 @@ Result<Outcome> train(Rank& r, const Data& d, CodecOptions codec) {
   auto sync_or = GradSync::create(r.comm, *r.device, options);
   if (!sync_or.ok()) return sync_or.status();
   GradSync& sync = *sync_or.value();
+  // The model and its gradients on the host (the CPU computes them), the engine's gradient
+  // buffers on the device: each step uploads the gradients and reads the reduced ones back.
   std::vector<float> w(kClasses * kFeatures, 0.0f), b(kClasses, 0.0f);
   std::vector<float> gw(w.size()), gb(b.size());
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer dev_gw,
+                       testing::device_array<float>(*r.device, gw.size()));
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer dev_gb,
+                       testing::device_array<float>(*r.device, gb.size()));
   TSR_RETURN_IF_ERROR(
-      sync.add_parameter("b", b.data(), gb.data(), gb.size(), DType::kF32).status());
+      sync.add_parameter("b", nullptr, dev_gb.data(), gb.size(), DType::kF32).status());
   TSR_RETURN_IF_ERROR(
-      sync.add_parameter("W", w.data(), gw.data(), gw.size(), DType::kF32).status());
+      sync.add_parameter("W", nullptr, dev_gw.data(), gw.size(), DType::kF32).status());
   Outcome out;
   for (int step = 0; step < kSteps; ++step) {
     loss_and_gradient(d, w, b, &gw, &gb);
+    TSR_RETURN_IF_ERROR(testing::to_device(r.compute, dev_gw.data(), gw));
+    TSR_RETURN_IF_ERROR(testing::to_device(r.compute, dev_gb.data(), gb));
     TSR_RETURN_IF_ERROR(sync.mark_ready(1, r.compute));
     TSR_RETURN_IF_ERROR(sync.mark_ready(0, r.compute));
     TSR_ASSIGN_OR_RETURN(StepStats stats, sync.finish());
+    TSR_RETURN_IF_ERROR(testing::from_device(r.compute, gw, dev_gw.data(), gw.size()));
+    TSR_RETURN_IF_ERROR(testing::from_device(r.compute, gb, dev_gb.data(), gb.size()));
     out.payload = stats.payload_bytes;
     out.wire = stats.wire_bytes;
     for (size_t i = 0; i < w.size(); ++i) w[i] -= kLr * gw[i];
@@ -197,10 +208,13 @@ TEST(Codecs, TopKSendsExactlyTheLargestMagnitudesOfALargeBucket) {
             options.codec.error_feedback = false;
             constexpr size_t kCount = 300000;  // large enough for the sampled threshold
             std::vector<float> g(kCount);
+            auto dev_g = testing::device_array<float>(*r->device, kCount);
+            CHILD_OK(dev_g.status());
             auto sync = GradSync::create(r->comm, *r->device, options);
             CHILD_OK(sync.status());
-            CHILD_OK(
-                sync.value()->add_parameter("w", nullptr, g.data(), kCount, DType::kF32).status());
+            CHILD_OK(sync.value()
+                         ->add_parameter("w", nullptr, dev_g.value().data(), kCount, DType::kF32)
+                         .status());
             std::mt19937_64 rng(testing::test_seed());
             std::normal_distribution<float> normal(0.0f, 1.0f);
             for (int step = 0; step < 2; ++step) {
@@ -210,8 +224,10 @@ TEST(Codecs, TopKSendsExactlyTheLargestMagnitudesOfALargeBucket) {
               std::sort(magnitudes.begin(), magnitudes.end(), std::greater<float>());
               const size_t k = 3000;
               const std::vector<float> before = g;
+              CHILD_OK(testing::to_device(r->compute, dev_g.value().data(), g));
               CHILD_OK(sync.value()->mark_ready(0, r->compute));
               CHILD_OK(sync.value()->finish().status());
+              CHILD_OK(testing::from_device(r->compute, g, dev_g.value().data(), kCount));
               size_t kept = 0;
               for (size_t i = 0; i < kCount; ++i) {
                 if (g[i] == 0.0f) continue;
@@ -238,16 +254,21 @@ TEST(Codecs, RestoreErrorFeedbackStateAndRefuseForeignState) {
               options.codec.kind = kind;
               options.codec.topk_ratio = 0.05;
               std::vector<float> ga(4096), gb(4096);
+              auto dev_a = testing::device_array<float>(*r->device, 4096);
+              auto dev_b = testing::device_array<float>(*r->device, 4096);
+              CHILD_OK(dev_a.status());
+              CHILD_OK(dev_b.status());
+              void* da = dev_a.value().data();
+              void* db = dev_b.value().data();
               auto a = GradSync::create(r->comm, *r->device, options);
               auto b = GradSync::create(r->comm, *r->device, options);
               CHILD_OK(a.status());
               CHILD_OK(b.status());
-              CHILD_OK(
-                  a.value()->add_parameter("w", nullptr, ga.data(), 4096, DType::kF32).status());
-              CHILD_OK(
-                  b.value()->add_parameter("w", nullptr, gb.data(), 4096, DType::kF32).status());
+              CHILD_OK(a.value()->add_parameter("w", nullptr, da, 4096, DType::kF32).status());
+              CHILD_OK(b.value()->add_parameter("w", nullptr, db, 4096, DType::kF32).status());
               for (int step = 0; step < 3; ++step) {
                 for (size_t i = 0; i < ga.size(); ++i) ga[i] = std::sin(float(i * (step + 1)));
+                CHILD_OK(testing::to_device(r->compute, da, ga));
                 CHILD_OK(a.value()->mark_ready(0, r->compute));
                 CHILD_OK(a.value()->finish().status());
               }
@@ -259,10 +280,14 @@ TEST(Codecs, RestoreErrorFeedbackStateAndRefuseForeignState) {
               CHILD_CHECK(again.value() == state.value(), "state differs after a restore");
               // The same next step on both engines gives the same bits.
               for (size_t i = 0; i < ga.size(); ++i) ga[i] = gb[i] = std::cos(float(i));
+              CHILD_OK(testing::to_device(r->compute, da, ga));
+              CHILD_OK(testing::to_device(r->compute, db, gb));
               CHILD_OK(a.value()->mark_ready(0, r->compute));
               CHILD_OK(a.value()->finish().status());
               CHILD_OK(b.value()->mark_ready(0, r->compute));
               CHILD_OK(b.value()->finish().status());
+              CHILD_OK(testing::from_device(r->compute, ga, da, 4096));
+              CHILD_OK(testing::from_device(r->compute, gb, db, 4096));
               CHILD_CHECK(ga == gb, "restored engine decodes differently");
               // Truncated and foreign states are refused, naming what is wrong.
               std::vector<uint8_t> cut(state.value().begin(), state.value().end() - 3);
@@ -272,11 +297,13 @@ TEST(Codecs, RestoreErrorFeedbackStateAndRefuseForeignState) {
                           "truncated: %s", truncated.to_string().c_str());
               GradSyncOptions other = options;
               other.codec.kind = kind == CodecKind::kTopK ? CodecKind::kPowerSgd : CodecKind::kTopK;
-              std::vector<float> gc(4096);
+              auto dev_c = testing::device_array<float>(*r->device, 4096);
+              CHILD_OK(dev_c.status());
               auto c = GradSync::create(r->comm, *r->device, other);
               CHILD_OK(c.status());
-              CHILD_OK(
-                  c.value()->add_parameter("w", nullptr, gc.data(), 4096, DType::kF32).status());
+              CHILD_OK(c.value()
+                           ->add_parameter("w", nullptr, dev_c.value().data(), 4096, DType::kF32)
+                           .status());
               const Status foreign = c.value()->set_codec_state(state.value());
               CHILD_CHECK(foreign.message().find("codec") != std::string::npos, "foreign: %s",
                           foreign.to_string().c_str());

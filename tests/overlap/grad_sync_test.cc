@@ -1,6 +1,6 @@
 // GradSync in allreduce mode: the result is bit for bit what one plain allreduce of the whole
 // gradient gives, whatever the order of the marks, with mixed dtypes and several steps; unused
-// parameters; the trace file.
+// parameters; the trace file. Gradients are device memory, filled and read back by stream copies.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,11 +112,11 @@ int bitwise_body(int rank, int n, Reduction reduction, bool integers, bool conti
       std::vector<size_t> at;
       for (size_t i = 0; i < kMixed.size(); ++i) {
         if (kMixed[i].dtype != dtype) continue;
-        const size_t bytes = grads[i].size();
+        std::vector<uint8_t> host(grads[i].size());
         at.push_back(whole.size());
-        fill(grads[i].data(), kMixed[i].count, dtype, rng, integers);
-        whole.insert(whole.end(), static_cast<uint8_t*>(grads[i].data()),
-                     static_cast<uint8_t*>(grads[i].data()) + bytes);
+        fill(host.data(), kMixed[i].count, dtype, rng, integers);
+        whole.insert(whole.end(), host.begin(), host.end());
+        CHILD_OK(testing::to_device(r->compute, grads[i].data(), host));
       }
       const size_t elements = whole.size() / hal::dtype_size(dtype);
       CHILD_OK(r->comm->allreduce(whole.data(), whole.data(), elements, dtype, op));
@@ -149,7 +149,9 @@ int bitwise_body(int rank, int n, Reduction reduction, bool integers, bool conti
     CHILD_CHECK(stats->buckets == sync.buckets().size(), "bucket count");
     CHILD_CHECK(stats->overlap_ratio >= 0 && stats->overlap_ratio <= 1, "overlap ratio");
     for (size_t i = 0; i < kMixed.size(); ++i) {
-      CHILD_CHECK(std::memcmp(grads[i].data(), expected[i].data(), expected[i].size()) == 0,
+      std::vector<uint8_t> got;
+      CHILD_OK(testing::from_device(r->compute, got, grads[i].data(), grads[i].size()));
+      CHILD_CHECK(got == expected[i],
                   "step %d: gradient of layer%zu differs from the plain allreduce (seed %llu)",
                   step, i, (unsigned long long)seed);
     }
@@ -185,16 +187,20 @@ TEST(GradSync, TreatsUnmarkedAndUnusedParametersAsZeroContributions) {
                   auto sync_or = GradSync::create(r->comm, *r->device, options);
                   CHILD_OK(sync_or.status());
                   auto& sync = *sync_or.value();
-                  std::vector<std::vector<float>> grads(4, std::vector<float>(16));
+                  std::vector<hal::DeviceBuffer> grads;
                   for (int p = 0; p < 4; ++p) {
+                    auto g = testing::device_array<float>(*r->device, 16);
+                    CHILD_OK(g.status());
+                    grads.push_back(std::move(g.value()));
                     CHILD_OK(sync.add_parameter("w" + std::to_string(p), nullptr,
-                                                grads[size_t(p)].data(), 16, DType::kF32)
+                                                grads.back().data(), 16, DType::kF32)
                                  .status());
                   }
                   for (int step = 0; step < 2; ++step) {
                     for (int p = 0; p < 4; ++p) {
-                      std::fill(grads[size_t(p)].begin(), grads[size_t(p)].end(),
-                                float(2 * (rank + 1) * (p + 1)));
+                      CHILD_OK(testing::to_device(
+                          r->compute, grads[size_t(p)].data(),
+                          std::vector<float>(16, float(2 * (rank + 1) * (p + 1)))));
                     }
                     // Rank 1 never marks w1 (finish zero-fills it); rank 0 marks w3 unused.
                     for (int p = 3; p >= 0; --p) {
@@ -210,7 +216,9 @@ TEST(GradSync, TreatsUnmarkedAndUnusedParametersAsZeroContributions) {
                     CHILD_CHECK(stats->unused_params == 1, "unused %zu", stats->unused_params);
                     const float expect[4] = {(2 + 4) / 2.0f, 4 / 2.0f, (6 + 12) / 2.0f, 16 / 2.0f};
                     for (int p = 0; p < 4; ++p) {
-                      for (float x : grads[size_t(p)]) {
+                      std::vector<float> got;
+                      CHILD_OK(testing::from_device(r->compute, got, grads[size_t(p)].data(), 16));
+                      for (float x : got) {
                         CHILD_CHECK(x == expect[p], "w%d: %g, expected %g", p, double(x),
                                     double(expect[p]));
                       }
@@ -236,10 +244,15 @@ TEST(GradSync, WritesAChromeTracePerRankWithBucketsAndComputeSpans) {
                   auto sync_or = GradSync::create(r->comm, *r->device, options);
                   CHILD_OK(sync_or.status());
                   auto sync = std::move(sync_or.value());
-                  std::vector<std::vector<float>> grads(3, std::vector<float>(512, 1.0f));
+                  std::vector<hal::DeviceBuffer> grads;
                   for (int p = 0; p < 3; ++p) {
+                    auto g = testing::device_array<float>(*r->device, 512);
+                    CHILD_OK(g.status());
+                    grads.push_back(std::move(g.value()));
+                    CHILD_OK(testing::to_device(r->compute, grads.back().data(),
+                                                std::vector<float>(512, 1.0f)));
                     CHILD_OK(sync->add_parameter("w" + std::to_string(p), nullptr,
-                                                 grads[size_t(p)].data(), 512, DType::kF32)
+                                                 grads.back().data(), 512, DType::kF32)
                                  .status());
                   }
                   for (int step = 0; step < 2; ++step) {

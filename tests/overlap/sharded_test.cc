@@ -1,6 +1,7 @@
 // The sharded optimizer mode (ZeRO-1/2): momentum SGD where each rank keeps momentum for its
 // shard only gives the parameters plain data parallelism gives (within f32 summation-order
-// tolerance), and the shards partition the parameters.
+// tolerance), and the shards partition the parameters. Parameters, gradients and shards are device
+// memory; the test's optimizer stages its shard through the host.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +32,9 @@ int sharded_body(int rank, int n) {
   CHILD_OK(sync_or.status());
   auto& sync = *sync_or.value();
   const size_t np = kCounts.size();
+  // Host copies (w: what the device holds, read back after every gather) and device buffers.
   std::vector<std::vector<float>> w(np), g(np), ref_w(np), ref_m(np);
+  std::vector<hal::DeviceBuffer> dev_w, dev_g;
   size_t total = 0;
   for (size_t p = 0; p < np; ++p) {
     w[p].resize(kCounts[p]);
@@ -40,8 +43,15 @@ int sharded_body(int rank, int n) {
     ref_w[p] = w[p];
     ref_m[p].assign(kCounts[p], 0.0f);
     total += kCounts[p];
-    CHILD_OK(sync.add_parameter("p" + std::to_string(p), w[p].data(), g[p].data(), kCounts[p],
-                                DType::kF32)
+    auto dw = testing::device_array<float>(*r->device, kCounts[p]);
+    auto dg = testing::device_array<float>(*r->device, kCounts[p]);
+    CHILD_OK(dw.status());
+    CHILD_OK(dg.status());
+    dev_w.push_back(std::move(dw.value()));
+    dev_g.push_back(std::move(dg.value()));
+    CHILD_OK(testing::to_device(r->compute, dev_w[p].data(), w[p]));
+    CHILD_OK(sync.add_parameter("p" + std::to_string(p), dev_w[p].data(), dev_g[p].data(),
+                                kCounts[p], DType::kF32)
                  .status());
   }
   CHILD_CHECK(sync.buckets().size() >= 2, "buckets %zu", sync.buckets().size());
@@ -71,23 +81,28 @@ int sharded_body(int rank, int n) {
     // The engine: gradients, reduce-scatter, the optimizer on the shard, all-gather.
     for (size_t p = np; p-- > 0;) {
       for (size_t i = 0; i < kCounts[p]; ++i) g[p][i] = gradient(w[p][i], i, rank, step);
+      CHILD_OK(testing::to_device(r->compute, dev_g[p].data(), g[p]));
       CHILD_OK(sync.mark_ready(int(p), r->compute));
     }
     CHILD_OK(sync.finish().status());
+    // The optimizer on this rank's shard, staged through the host.
     size_t k = 0;
     for (const ShardSegment& s : sync.shard_segments()) {
-      const float* grad = static_cast<const float*>(s.grad);
-      float* data = static_cast<float*>(s.data);
+      std::vector<float> grad, data;
+      CHILD_OK(testing::from_device(r->compute, grad, s.grad, s.count));
+      CHILD_OK(testing::from_device(r->compute, data, s.data, s.count));
       for (size_t i = 0; i < s.count; ++i, ++k) {
         momentum[k] = kBeta * momentum[k] + grad[i];
         data[i] -= kLr * momentum[k];
       }
+      CHILD_OK(testing::to_device(r->compute, s.data, data));
     }
     // Odd steps: as if the optimizer ran on the compute stream (the gather waits for it).
     CHILD_OK(sync.gather_parameters(step % 2 == 1 ? &r->compute : nullptr));
     CHILD_OK(sync.wait_parameter(0, r->compute));
     CHILD_OK(sync.wait_parameters());
     for (size_t p = 0; p < np; ++p) {
+      CHILD_OK(testing::from_device(r->compute, w[p], dev_w[p].data(), kCounts[p]));
       for (size_t i = 0; i < kCounts[p]; ++i) {
         const float a = w[p][i], b = ref_w[p][i];
         CHILD_CHECK(std::fabs(a - b) <= 1e-5f * (1 + std::fabs(b)),

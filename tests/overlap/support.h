@@ -1,5 +1,9 @@
 // Helpers for the overlap tests: each rank is a forked process (tests/collectives/support/
 // multiprocess.h) with its own platform, host device, communicator and compute stream.
+//
+// Every buffer the engine sees is device memory, and the tests never dereference it: data goes
+// in and out with stream copies through host vectors (to_device / from_device), so the suites
+// pass on discrete devices (TESSERA_HOST_DEVICES=1:discrete, the default ctest environment).
 #pragma once
 
 #include <cstdio>
@@ -48,7 +52,7 @@ struct Rank {
       return nullptr;
     }
     r->device = devices[0];
-    r->comm = coll::testing::child_communicator(rank, size, std::move(options));
+    r->comm = coll::testing::child_communicator(rank, size, std::move(options), &*r->device);
     if (r->comm == nullptr) return nullptr;
     auto stream = r->device->create_stream();
     if (!stream.ok()) return nullptr;
@@ -56,6 +60,27 @@ struct Rank {
     return r;
   }
 };
+
+// `count` elements of T in device memory of `device`.
+template <typename T>
+Result<hal::DeviceBuffer> device_array(const hal::Device& device, size_t count) {
+  return device.allocate(count * sizeof(T));
+}
+
+// Blocking copies between host vectors and device memory on `stream` (after its earlier work).
+template <typename T>
+Status to_device(const hal::Stream& stream, void* dst, const std::vector<T>& src) {
+  if (src.empty()) return Status();
+  TSR_RETURN_IF_ERROR(stream.copy(dst, src.data(), src.size() * sizeof(T)));
+  return stream.synchronize();
+}
+template <typename T>
+Status from_device(const hal::Stream& stream, std::vector<T>& dst, const void* src, size_t count) {
+  dst.resize(count);
+  if (count == 0) return Status();
+  TSR_RETURN_IF_ERROR(stream.copy(dst.data(), src, count * sizeof(T)));
+  return stream.synchronize();
+}
 
 inline void expect_all_ok(const std::vector<RankResult>& results, int n) {
   ASSERT_EQ(results.size(), size_t(n));

@@ -1,7 +1,8 @@
 // The sharded parameters mode (ZeRO-3): momentum SGD where each rank keeps only its shard of the
 // parameters and of the momentum, gathering each layer's parameters for forward and backward,
 // gives the parameters plain data parallelism gives (within f32 summation-order tolerance); the
-// engine's memory is a shard plus a small pool; bad calls fail naming the parameter.
+// engine's memory is a shard plus a small pool; bad calls fail naming the parameter. Parameters,
+// gradients, shards and gathered buckets are device memory, read and written by stream copies.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -54,24 +55,33 @@ int zero3_body(int rank, int n, int prefetch) {
   auto& sync = *sync_or.value();
   const std::vector<size_t> counts = layer_counts();
   const size_t np = counts.size();
-  std::vector<std::vector<float>> init(np), g(np), ref_w(np), ref_m(np);
+  // Initial values and gradients in device memory (filled and read by stream copies).
+  std::vector<std::vector<float>> g(np), ref_w(np), ref_m(np);
+  std::vector<hal::DeviceBuffer> init, dev_g;
   size_t total = 0;
   for (size_t p = 0; p < np; ++p) {
-    init[p].resize(counts[p]);
-    for (size_t i = 0; i < counts[p]; ++i) init[p][i] = std::cos(float(p * 1000 + i));
+    std::vector<float> values(counts[p]);
+    for (size_t i = 0; i < counts[p]; ++i) values[i] = std::cos(float(p * 1000 + i));
     g[p].assign(counts[p], 0.0f);
-    ref_w[p] = init[p];
+    ref_w[p] = values;
     ref_m[p].assign(counts[p], 0.0f);
     total += counts[p];
-    CHILD_OK(sync.add_parameter("p" + std::to_string(p), init[p].data(), g[p].data(), counts[p],
+    auto dw = testing::device_array<float>(*r->device, counts[p]);
+    auto dg = testing::device_array<float>(*r->device, counts[p]);
+    CHILD_OK(dw.status());
+    CHILD_OK(dg.status());
+    init.push_back(std::move(dw.value()));
+    dev_g.push_back(std::move(dg.value()));
+    CHILD_OK(testing::to_device(r->compute, init[p].data(), values));
+    CHILD_OK(sync.add_parameter("p" + std::to_string(p), init[p].data(), dev_g[p].data(), counts[p],
                                 DType::kF32)
                  .status());
   }
   const size_t buckets = sync.buckets().size();
   CHILD_CHECK(buckets >= 6, "buckets %zu", buckets);
-  // The engine read the initial values when it formed the buckets: the full copy can go
-  // (ASan would catch a later read).
-  for (auto& v : init) std::vector<float>().swap(v);
+  // The engine read the initial values when it formed the buckets: the full copy can go (a
+  // later read by the engine would fail: the backend refuses a freed pointer).
+  init.clear();
 
   // Memory: a shard of the parameters and of the optimizer state, plus a bounded pool.
   const ShardedMemory mem = sync.memory();
@@ -92,13 +102,12 @@ int zero3_body(int rank, int n, int prefetch) {
   // Forward: gather each layer (weight and bias) in order, check it against data parallel.
   auto forward = [&](int step) -> int {
     for (size_t l = 0; l < size_t(kLayers); ++l) {
-      const float* w[2];
+      std::vector<float> w[2];
       for (size_t j = 0; j < 2; ++j) {
         auto ptr = sync.gather(int(2 * l + j), r->compute, Pass::kForward);
         CHILD_OK(ptr.status());
-        w[j] = static_cast<const float*>(ptr.value());
+        CHILD_OK(testing::from_device(r->compute, w[j], ptr.value(), counts[2 * l + j]));
       }
-      CHILD_OK(r->compute.synchronize());
       for (size_t j = 0; j < 2; ++j) {
         const size_t p = 2 * l + j;
         for (size_t i = 0; i < counts[p]; ++i) {
@@ -132,21 +141,25 @@ int zero3_body(int rank, int n, int prefetch) {
     for (size_t p = np; p-- > 0;) {
       auto ptr = sync.gather(int(p), r->compute, Pass::kBackward);
       CHILD_OK(ptr.status());
-      CHILD_OK(r->compute.synchronize());
-      const float* w = static_cast<const float*>(ptr.value());
+      std::vector<float> w;
+      CHILD_OK(testing::from_device(r->compute, w, ptr.value(), counts[p]));
       for (size_t i = 0; i < counts[p]; ++i) g[p][i] = gradient(w[i], i, rank, step);
+      CHILD_OK(testing::to_device(r->compute, dev_g[p].data(), g[p]));
       CHILD_OK(sync.release(int(p), r->compute));
       CHILD_OK(sync.mark_ready(int(p), r->compute));
     }
     CHILD_OK(sync.finish().status());
+    // The optimizer on this rank's shard, staged through the host.
     size_t k = 0;
     for (const ShardSegment& s : sync.shard_segments()) {
-      const float* grad = static_cast<const float*>(s.grad);
-      float* data = static_cast<float*>(s.data);
+      std::vector<float> grad, data;
+      CHILD_OK(testing::from_device(r->compute, grad, s.grad, s.count));
+      CHILD_OK(testing::from_device(r->compute, data, s.data, s.count));
       for (size_t i = 0; i < s.count; ++i, ++k) {
         momentum[k] = kBeta * momentum[k] + grad[i];
         data[i] -= kLr * momentum[k];
       }
+      CHILD_OK(testing::to_device(r->compute, s.data, data));
     }
     // Odd steps: as if the optimizer ran on the compute stream (gathers wait for it).
     CHILD_OK(sync.gather_parameters(step % 2 == 1 ? &r->compute : nullptr));
@@ -208,9 +221,16 @@ int bad_calls_body(int rank, int n) {
   CHILD_CHECK(early.status().code() == StatusCode::kOutOfRange &&
                   names(early.status(), "parameter index 0 is not registered"),
               "gather before register: %s", early.status().to_string().c_str());
-  std::vector<float> w0(33, 1.0f), g0(33), w1(5, 2.0f), g1(5);
-  CHILD_OK(sync.add_parameter("w0", w0.data(), g0.data(), w0.size(), DType::kF32).status());
-  CHILD_OK(sync.add_parameter("w1", w1.data(), g1.data(), w1.size(), DType::kF32).status());
+  auto w0 = testing::device_array<float>(*r->device, 33);
+  auto g0 = testing::device_array<float>(*r->device, 33);
+  auto w1 = testing::device_array<float>(*r->device, 5);
+  auto g1 = testing::device_array<float>(*r->device, 5);
+  for (auto* b : {&w0, &g0, &w1, &g1}) CHILD_OK(b->status());
+  CHILD_OK(testing::to_device(r->compute, w0.value().data(), std::vector<float>(33, 1.0f)));
+  CHILD_OK(testing::to_device(r->compute, w1.value().data(), std::vector<float>(5, 2.0f)));
+  CHILD_OK(
+      sync.add_parameter("w0", w0.value().data(), g0.value().data(), 33, DType::kF32).status());
+  CHILD_OK(sync.add_parameter("w1", w1.value().data(), g1.value().data(), 5, DType::kF32).status());
   auto beyond = sync.gather(2, r->compute);
   CHILD_CHECK(beyond.status().code() == StatusCode::kOutOfRange, "gather(2): %s",
               beyond.status().to_string().c_str());
@@ -220,9 +240,9 @@ int bad_calls_body(int rank, int n) {
               "release never gathered: %s", never.to_string().c_str());
   auto ptr = sync.gather(0, r->compute);
   CHILD_OK(ptr.status());
-  CHILD_OK(r->compute.synchronize());
-  CHILD_CHECK(static_cast<const float*>(ptr.value())[32] == 1.0f, "gathered w0[32] = %g",
-              double(static_cast<const float*>(ptr.value())[32]));
+  std::vector<float> gathered;
+  CHILD_OK(testing::from_device(r->compute, gathered, ptr.value(), 33));
+  CHILD_CHECK(gathered[32] == 1.0f, "gathered w0[32] = %g", double(gathered[32]));
   // finish() while a parameter is still gathered names it (and leaves the step usable).
   Status held = sync.finish().status();
   CHILD_CHECK(held.code() == StatusCode::kFailedPrecondition && names(held, "'w0'"),
@@ -239,22 +259,26 @@ int bad_calls_body(int rank, int n) {
 TEST(ShardedParameters, BadCallsNameTheParameter) {
   testing::expect_all_ok(run_ranks(2, bad_calls_body), 2);
   // Another mode: gather() is refused, naming the parameter.
-  testing::expect_all_ok(
-      run_ranks(1,
-                [](int rank, int n) {
-                  auto r = Rank::make(rank, n);
-                  if (!r) return 2;
-                  auto sync = GradSync::create(r->comm, *r->device).value();
-                  std::vector<float> w(4), g(4);
-                  CHILD_OK(
-                      sync->add_parameter("only", w.data(), g.data(), 4, DType::kF32).status());
-                  auto got = sync->gather(0, r->compute);
-                  CHILD_CHECK(got.status().code() == StatusCode::kFailedPrecondition &&
-                                  names(got.status(), "'only'"),
-                              "%s", got.status().to_string().c_str());
-                  return 0;
-                }),
-      1);
+  testing::expect_all_ok(run_ranks(1,
+                                   [](int rank, int n) {
+                                     auto r = Rank::make(rank, n);
+                                     if (!r) return 2;
+                                     auto sync = GradSync::create(r->comm, *r->device).value();
+                                     auto w = testing::device_array<float>(*r->device, 4);
+                                     auto g = testing::device_array<float>(*r->device, 4);
+                                     CHILD_OK(w.status());
+                                     CHILD_OK(g.status());
+                                     CHILD_OK(sync->add_parameter("only", w.value().data(),
+                                                                  g.value().data(), 4, DType::kF32)
+                                                  .status());
+                                     auto got = sync->gather(0, r->compute);
+                                     CHILD_CHECK(
+                                         got.status().code() == StatusCode::kFailedPrecondition &&
+                                             names(got.status(), "'only'"),
+                                         "%s", got.status().to_string().c_str());
+                                     return 0;
+                                   }),
+                         1);
 }
 
 }  // namespace

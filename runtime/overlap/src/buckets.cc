@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_memory.h"
 #include "engine.h"
 #include "tessera/common/log.h"
 
@@ -71,6 +72,9 @@ Status GradSync::Impl::check_new_param(const std::string& name, const void* data
     return invalid_argument(what + ": buffer not aligned to its " + std::to_string(size) +
                             "-byte " + std::string(hal::dtype_name(dtype)) + " elements");
   }
+  // The engine hands both buffers to its device's stream operations only.
+  TSR_RETURN_IF_ERROR(check_device_range(device, grad, bytes, what + ": gradient buffer"));
+  TSR_RETURN_IF_ERROR(check_device_range(device, data, bytes, what + ": parameter buffer"));
   if (data != nullptr && ranges_overlap(data, bytes, grad, bytes)) {
     return invalid_argument(what + ": parameter and gradient buffers overlap");
   }
@@ -168,7 +172,8 @@ Status GradSync::Impl::build() {
       TSR_RETURN_IF_ERROR(comm_stream.memset(b.reduced_shard.data(), 0, b.shard * size));
       TSR_ASSIGN_OR_RETURN(b.gathered, device.create_event(false));
     } else {
-      b.codec = make_codec(options.codec, b.info.dtype, b.info.count, n, int(i));
+      TSR_ASSIGN_OR_RETURN(b.codec, make_codec(options.codec, b.info.dtype, b.info.count, n, int(i),
+                                               CodecSetup{device, comm_stream}));
       // Only an elementwise codec may see the elements in memory order instead of bucket order
       // (top-k indices and PowerSGD's matrix must mean the same on every rank).
       if (b.codec->name() != "none" && b.codec->name() != "bf16") b.in_place = nullptr;

@@ -6,6 +6,8 @@
 #include <functional>
 #include <numeric>
 
+#include "device_memory.h"
+
 namespace tessera::overlap {
 
 std::string_view codec_name(CodecKind kind) {
@@ -69,9 +71,11 @@ class PlainCodec final : public Codec {
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
     const hal::ReduceOp op = reduce_op(ctx.reduction);
     coll::Communicator& comm = ctx.comm;
-    return ctx.collective(
-        [&comm, data, op, this] { return comm.allreduce(data, data, count_, dtype_, op); },
-        &times.encoded, &times.communicated);
+    const hal::Stream& stream = ctx.stream;
+    // Nothing to encode: finish() takes `started` for `encoded`.
+    TSR_RETURN_IF_ERROR(
+        ctx.collective([&] { return comm.allreduce(data, data, count_, dtype_, op, stream); }));
+    return ctx.host([&times] { times.communicated = Clock::now(); });
   }
 
  private:
@@ -83,81 +87,126 @@ class PlainCodec final : public Codec {
 
 class Bf16Codec final : public Codec {
  public:
-  explicit Bf16Codec(size_t count) : count_(count), wire_(count) {}
+  Bf16Codec(size_t count, hal::DeviceBuffer wire) : count_(count), wire_(std::move(wire)) {}
   std::string_view name() const override { return "bf16"; }
   size_t wire_bytes() const override { return count_ * 2; }
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
-    TSR_RETURN_IF_ERROR(ctx.stream.cast(wire_.data(), DType::kBF16, data, DType::kF32, count_));
+    void* wire = wire_.data();
+    TSR_RETURN_IF_ERROR(ctx.stream.cast(wire, DType::kBF16, data, DType::kF32, count_));
+    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.encoded = Clock::now(); }));
     const hal::ReduceOp op = reduce_op(ctx.reduction);
     coll::Communicator& comm = ctx.comm;
+    const hal::Stream& stream = ctx.stream;
     TSR_RETURN_IF_ERROR(ctx.collective(
-        [&comm, op, this] {
-          return comm.allreduce(wire_.data(), wire_.data(), count_, DType::kBF16, op);
-        },
-        &times.encoded, &times.communicated));
-    return ctx.stream.cast(data, DType::kF32, wire_.data(), DType::kBF16, count_);
+        [&] { return comm.allreduce(wire, wire, count_, DType::kBF16, op, stream); }));
+    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.communicated = Clock::now(); }));
+    return ctx.stream.cast(data, DType::kF32, wire, DType::kBF16, count_);
   }
 
  private:
   size_t count_;
-  std::vector<uint16_t> wire_;
+  hal::DeviceBuffer wire_;  // device: count bf16
 };
 
 // ---- top-k with error feedback: (index, value) pairs by all-gather ---------------------------
+//
+// No backend operation selects or scatters, so those two steps run on the host, on pinned
+// copies: the accumulated gradient is staged device -> pinned, the k largest are picked in a
+// callback (which also clears them from the error feedback), the pairs go back to the device and
+// are all-gathered there, the gathered pairs are staged to pinned again and scatter-added into a
+// dense pinned gradient, which is copied into the bucket. The error-feedback add is a device
+// reduce.
+
+struct TopKBuffers {
+  hal::DeviceBuffer residual;  // device: count f32 (error feedback), else empty
+  hal::DeviceBuffer send;      // device: k indices, then k f32 bit patterns (as i32)
+  hal::DeviceBuffer recv;      // device: world x send
+  hal::HostBuffer dense;       // pinned: count f32 (the accumulated gradient, then the decoded)
+  hal::HostBuffer pairs;       // pinned: world x send (this rank's pairs in the first block)
+};
 
 class TopKCodec final : public Codec {
  public:
-  TopKCodec(const CodecOptions& options, size_t count, int world)
+  static size_t k_for(const CodecOptions& options, size_t count) {
+    return std::clamp<size_t>(size_t(std::ceil(options.topk_ratio * double(count))), 1, count);
+  }
+  TopKCodec(const CodecOptions& options, size_t count, int world, TopKBuffers buffers)
       : count_(count),
-        k_(std::clamp<size_t>(size_t(std::ceil(options.topk_ratio * double(count))), 1, count)),
+        k_(k_for(options, count)),
         world_(world),
         error_feedback_(options.error_feedback),
-        residual_(error_feedback_ ? count : 0, 0.0f),
-        send_(2 * k_),
-        recv_(2 * k_ * size_t(world)) {}
+        buf_(std::move(buffers)) {}
   std::string_view name() const override { return "topk"; }
   size_t wire_bytes() const override { return k_ * 8; }
   coll::OpKind wire_op() const override { return coll::OpKind::kAllGather; }
   size_t wire_message_bytes() const override { return k_ * 8 * size_t(world_); }
 
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
-    float* g = static_cast<float*>(data);
-    TSR_RETURN_IF_ERROR(ctx.host([this, g, &times] {
-      encode(g);
+    const hal::Stream& stream = ctx.stream;
+    const size_t bytes = count_ * sizeof(float);
+    const size_t pair_bytes = 2 * k_ * sizeof(int32_t);
+    // acc = g + residual (device), staged to the pinned dense buffer.
+    const void* acc = data;
+    if (error_feedback_) {
+      const void* const sources[] = {buf_.residual.data(), data};
+      TSR_RETURN_IF_ERROR(
+          stream.reduce(buf_.residual.data(), sources, count_, DType::kF32, hal::ReduceOp::kSum));
+      acc = buf_.residual.data();
+    }
+    TSR_RETURN_IF_ERROR(stream.copy(buf_.dense.data(), acc, bytes));
+    TSR_RETURN_IF_ERROR(ctx.host([this, &times] {
+      encode();
       times.encoded = Clock::now();
     }));
+    // What was not sent stays in the error feedback (the dense copy, sent entries cleared).
+    if (error_feedback_) {
+      TSR_RETURN_IF_ERROR(stream.copy(buf_.residual.data(), buf_.dense.data(), bytes));
+    }
+    TSR_RETURN_IF_ERROR(stream.copy(buf_.send.data(), buf_.pairs.data(), pair_bytes));
     coll::Communicator& comm = ctx.comm;
-    TSR_RETURN_IF_ERROR(ctx.collective(
-        [&comm, this] { return comm.allgather(send_.data(), recv_.data(), 2 * k_, DType::kI32); },
-        nullptr, nullptr));
+    void* send = buf_.send.data();
+    void* recv = buf_.recv.data();
+    TSR_RETURN_IF_ERROR(
+        ctx.collective([&] { return comm.allgather(send, recv, 2 * k_, DType::kI32, stream); }));
+    TSR_RETURN_IF_ERROR(stream.copy(buf_.pairs.data(), recv, pair_bytes * size_t(world_)));
     const bool average = ctx.reduction == Reduction::kAverage;
-    return ctx.host([this, g, average, &times] {
+    TSR_RETURN_IF_ERROR(ctx.host([this, average, &times] {
       times.communicated = Clock::now();
-      decode(g, average);
-    });
+      decode(average);
+    }));
+    return stream.copy(data, buf_.dense.data(), bytes);
   }
 
-  void save(ByteWriter& out) const override {
-    out.u64(residual_.size());
-    out.floats(residual_);
+  Status save(const hal::Stream& stream, ByteWriter& out) const override {
+    std::vector<float> residual;
+    if (error_feedback_)
+      TSR_RETURN_IF_ERROR(download(stream, buf_.residual.data(), count_, residual));
+    out.u64(residual.size());
+    out.floats(residual);
+    return Status();
   }
-  Status load(ByteReader& in, const std::string& where) override {
+  Status load(const hal::Stream& stream, ByteReader& in, const std::string& where) override {
+    const size_t size = error_feedback_ ? count_ : 0;
     uint64_t n = 0;
     TSR_RETURN_IF_ERROR(in.u64(&n, where + " residual size"));
-    if (n != residual_.size()) {
+    if (n != size) {
       return invalid_argument(where + ": residual of " + std::to_string(n) +
-                              " elements, this engine has " + std::to_string(residual_.size()));
+                              " elements, this engine has " + std::to_string(size));
     }
-    return in.floats(residual_, where + " residual");
+    std::vector<float> residual(size);
+    TSR_RETURN_IF_ERROR(in.floats(residual, where + " residual"));
+    return size == 0 ? Status() : upload(stream, buf_.residual.data(), residual);
   }
 
  private:
-  // acc = g + residual; send the k largest |acc| as (index, value bits); keep the rest.
-  void encode(float* g) {
-    if (error_feedback_) {
-      for (size_t i = 0; i < count_; ++i) residual_[i] += g[i];
-    }
-    const float* acc = error_feedback_ ? residual_.data() : g;
+  float* dense() const { return static_cast<float*>(buf_.dense.data()); }
+  int32_t* pairs() const { return static_cast<int32_t*>(buf_.pairs.data()); }
+
+  // On the pinned copy of acc: the k largest |acc| as (index, value bits) into the first block of
+  // `pairs`; with error feedback, the sent entries of acc become 0 (the new residual).
+  void encode() {
+    float* acc = dense();
+    int32_t* send = pairs();
     // The k first in the order (|acc| descending, index ascending): a unique set on every run.
     auto before = [acc](uint32_t a, uint32_t b) {
       const float x = std::fabs(acc[a]), y = std::fabs(acc[b]);
@@ -171,9 +220,11 @@ class TopKCodec final : public Codec {
     for (size_t j = 0; j < k_; ++j) {
       const uint32_t i = order_[j];
       float v = acc[i];
-      send_[j] = int32_t(i);
-      std::memcpy(&send_[k_ + j], &v, 4);
-      if (error_feedback_) residual_[i] = 0.0f;
+      send[j] = int32_t(i);
+      std::memcpy(&send[k_ + j], &v, 4);
+    }
+    if (error_feedback_) {
+      for (size_t j = 0; j < k_; ++j) acc[order_[j]] = 0.0f;
     }
   }
   // Large buckets: a threshold from a strided sample keeps about 2k candidates, and the exact
@@ -198,10 +249,11 @@ class TopKCodec final : public Codec {
   }
 
   // Every rank sums the same pairs in the same (rank) order, so all get the same bits.
-  void decode(float* g, bool average) {
+  void decode(bool average) {
+    float* g = dense();
     std::fill(g, g + count_, 0.0f);
     for (int r = 0; r < world_; ++r) {
-      const int32_t* block = recv_.data() + size_t(r) * 2 * k_;
+      const int32_t* block = pairs() + size_t(r) * 2 * k_;
       for (size_t j = 0; j < k_; ++j) {
         float v;
         std::memcpy(&v, &block[k_ + j], 4);
@@ -217,29 +269,46 @@ class TopKCodec final : public Codec {
   size_t k_;
   int world_;
   bool error_feedback_;
-  std::vector<float> residual_;
-  std::vector<uint32_t> order_;  // candidate indices
+  TopKBuffers buf_;
+  std::vector<uint32_t> order_;  // candidate indices (host scratch of the selection)
   std::vector<float> sample_;
-  std::vector<int32_t> send_;  // k indices, then k float bit patterns
-  std::vector<int32_t> recv_;
 };
+
+Result<std::unique_ptr<Codec>> make_topk(const CodecOptions& options, size_t count, int world,
+                                         const CodecSetup& setup) {
+  const size_t k = TopKCodec::k_for(options, count);
+  const size_t pair_bytes = 2 * k * sizeof(int32_t);
+  TopKBuffers b;
+  if (options.error_feedback) {
+    TSR_ASSIGN_OR_RETURN(b.residual, setup.device.allocate(count * sizeof(float)));
+    TSR_RETURN_IF_ERROR(setup.stream.memset(b.residual.data(), 0, count * sizeof(float)));
+  }
+  TSR_ASSIGN_OR_RETURN(b.send, setup.device.allocate(pair_bytes));
+  TSR_ASSIGN_OR_RETURN(b.recv, setup.device.allocate(pair_bytes * size_t(world)));
+  TSR_ASSIGN_OR_RETURN(b.dense, setup.device.allocate_host(count * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(b.pairs, setup.device.allocate_host(pair_bytes * size_t(world)));
+  return std::unique_ptr<Codec>(new TopKCodec(options, count, world, std::move(b)));
+}
 
 }  // namespace
 
-std::unique_ptr<Codec> make_codec(const CodecOptions& options, DType dtype, size_t count, int world,
-                                  int bucket) {
-  if (dtype != DType::kF32) return std::make_unique<PlainCodec>(dtype, count);
+Result<std::unique_ptr<Codec>> make_codec(const CodecOptions& options, DType dtype, size_t count,
+                                          int world, int bucket, const CodecSetup& setup) {
+  if (dtype != DType::kF32) return std::unique_ptr<Codec>(new PlainCodec(dtype, count));
   switch (options.kind) {
     case CodecKind::kNone: break;
-    case CodecKind::kBf16: return std::make_unique<Bf16Codec>(count);
-    case CodecKind::kTopK: return std::make_unique<TopKCodec>(options, count, world);
+    case CodecKind::kBf16: {
+      TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer wire, setup.device.allocate(count * 2));
+      return std::unique_ptr<Codec>(new Bf16Codec(count, std::move(wire)));
+    }
+    case CodecKind::kTopK: return make_topk(options, count, world, setup);
     case CodecKind::kPowerSgd:
       if (powersgd_compresses(count, options.powersgd_rank)) {
-        return make_powersgd_codec(options, count, world, bucket);
+        return make_powersgd_codec(options, count, world, bucket, setup);
       }
       break;
   }
-  return std::make_unique<PlainCodec>(dtype, count);
+  return std::unique_ptr<Codec>(new PlainCodec(dtype, count));
 }
 
 }  // namespace tessera::overlap

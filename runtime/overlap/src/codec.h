@@ -1,9 +1,11 @@
 // Per-bucket reduction strategies: the plain collective, bf16 on the wire, top-k with error
 // feedback, PowerSGD. A codec enqueues its whole pipeline (encode, collectives, decode) on the
-// engine's communication stream; the host-side steps and the collectives (blocking calls) run as
-// stream callbacks, which is valid because the communicator already requires host-addressable
-// buffers. Each codec object belongs
-// to one bucket and keeps that bucket's error-feedback state.
+// engine's communication stream: the backend's stream operations on device buffers (copies,
+// reduce, cast, GEMM), the collectives through the communicator's stream API, and host steps
+// only where no device operation exists (top-k selection and its scatter-add, PowerSGD's
+// orthonormalisation), as stream callbacks on pinned staging buffers that wait for nothing.
+// Every buffer of a codec (its wire buffers, error feedback, PowerSGD's factors) is device
+// memory of the engine's device. Each codec object belongs to one bucket.
 #pragma once
 
 #include <cstdint>
@@ -32,15 +34,20 @@ struct CodecContext {
   coll::Communicator& comm;
   const hal::Stream& stream;
   Reduction reduction;
-  // Enqueues host work on `stream` (a callback); a failure of the stream or of the work is
-  // recorded by the engine and reported by finish().
+  // Enqueues host work on `stream` (a callback): clocks, or CPU work on pinned buffers. It must
+  // never wait for other streams or processes (all callbacks may share one thread); a failure of
+  // the stream or of the work is recorded by the engine and reported by finish().
   std::function<Status(std::function<void()>)> host;
-  // Enqueues a blocking collective of `comm` (e.g. comm.allreduce without a stream) that runs on
-  // the stream's own thread, stamping `before` and `after` around it when given: no hand-off to
-  // the communicator's proxy thread and back per bucket. finish() waits for it (bounded).
-  std::function<Status(std::function<Status()>, Clock::time_point* before,
-                       Clock::time_point* after)>
-      collective;
+  // Enqueues one collective through the communicator's stream API on `stream` (`enqueue` makes
+  // the call and returns its Work); finish() waits for the Work (bounded).
+  std::function<Status(const std::function<Result<coll::Work>()>& enqueue)> collective;
+};
+
+// Where a codec allocates its buffers and initialises them (in order on `stream`, before the
+// engine's first step; the engine synchronises the stream before the step).
+struct CodecSetup {
+  const hal::Device& device;
+  const hal::Stream& stream;
 };
 
 // Little-endian byte strings for codec_state().
@@ -79,19 +86,23 @@ class Codec {
   // The collective and message size that carries most bytes (for algorithm_for in traces).
   virtual coll::OpKind wire_op() const { return coll::OpKind::kAllReduce; }
   virtual size_t wire_message_bytes() const { return wire_bytes(); }
-  // Error-feedback state (and PowerSGD's Q).
-  virtual void save(ByteWriter& out) const {}
-  virtual Status load(ByteReader& in, const std::string& where) { return Status(); }
+  // Error-feedback state (and PowerSGD's Q), staged through the host on `stream` (blocking;
+  // between steps only).
+  virtual Status save(const hal::Stream& stream, ByteWriter& out) const { return Status(); }
+  virtual Status load(const hal::Stream& stream, ByteReader& in, const std::string& where) {
+    return Status();
+  }
 };
 
 // The codec for a bucket of `count` elements of `dtype`: options.kind for f32 buckets (kNone for
 // other dtypes, and for PowerSGD when the factors would not be smaller than the bucket).
-std::unique_ptr<Codec> make_codec(const CodecOptions& options, DType dtype, size_t count, int world,
-                                  int bucket);
+// Fails when its device buffers cannot be allocated or initialised.
+Result<std::unique_ptr<Codec>> make_codec(const CodecOptions& options, DType dtype, size_t count,
+                                          int world, int bucket, const CodecSetup& setup);
 
 // PowerSGD (powersgd.cc).
-std::unique_ptr<Codec> make_powersgd_codec(const CodecOptions& options, size_t count, int world,
-                                           int bucket);
+Result<std::unique_ptr<Codec>> make_powersgd_codec(const CodecOptions& options, size_t count,
+                                                   int world, int bucket, const CodecSetup& setup);
 // Whether PowerSGD of rank r compresses a bucket of `count` elements at all.
 bool powersgd_compresses(size_t count, int rank);
 

@@ -1,6 +1,7 @@
 // The ring collective matmuls (see the header for the schedule and why duplicate communicators).
 #include "tessera/overlap/collective_matmul.h"
 
+#include "device_memory.h"
 #include "tessera/common/log.h"
 #include "tessera/hal/gemm_desc.h"
 
@@ -59,6 +60,16 @@ CollectiveMatmul::~CollectiveMatmul() {
   }
 }
 
+Status CollectiveMatmul::check_buffers(const char* operation,
+                                       std::initializer_list<BufferArg> buffers) const {
+  for (const BufferArg& b : buffers) {
+    TSR_RETURN_IF_ERROR(check_device_range(
+        *device_, b.ptr, b.bytes,
+        std::string(operation) + ": " + b.name + " (rank " + std::to_string(comm_->rank()) + ")"));
+  }
+  return Status();
+}
+
 Status CollectiveMatmul::ensure_events(std::vector<hal::Event>& events, size_t count) {
   while (events.size() < count) {
     TSR_ASSIGN_OR_RETURN(hal::Event e, device_->create_event(false));
@@ -75,6 +86,12 @@ Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard,
   }
   if (!x_shard || !w || !x_full || !y) return invalid_argument("allgather_matmul: null buffer");
   const int ranks = comm_->size(), rank = comm_->rank();
+  const size_t f = sizeof(float);
+  TSR_RETURN_IF_ERROR(
+      check_buffers("allgather_matmul", {{x_shard, size_t(m_shard * k) * f, "x_shard"},
+                                         {w, size_t(k * n) * f, "w"},
+                                         {x_full, size_t(m_shard * ranks * k) * f, "x_full"},
+                                         {y, size_t(m_shard * ranks * n) * f, "y"}}));
   const size_t chunk = size_t(m_shard * k);
   const size_t out_chunk = size_t(m_shard * n);
   const int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
@@ -127,6 +144,11 @@ Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, 
     return invalid_argument("matmul_reduce_scatter: null buffer");
   }
   const int64_t rows = m / ranks;
+  const size_t f = sizeof(float);
+  TSR_RETURN_IF_ERROR(
+      check_buffers("matmul_reduce_scatter", {{x_local, size_t(m * k_local) * f, "x_local"},
+                                              {w_local, size_t(k_local * n) * f, "w_local"},
+                                              {y_shard, size_t(rows * n) * f, "y_shard"}}));
   const size_t chunk = size_t(rows * n);
   const int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
   if (ranks == 1)

@@ -2,7 +2,6 @@
 // zero.cc (shards and the parameter all-gather). Internal.
 #pragma once
 
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,15 +31,6 @@ struct Param {
   int holds = 0;  // kShardedParameters: gather() calls not yet matched by release()
 };
 
-// The blocking collectives a bucket ran on the communication stream's thread in one step:
-// finish() waits (bounded) until every one enqueued has returned.
-struct Completion {
-  std::mutex mutex;
-  std::condition_variable cv;
-  int enqueued = 0;
-  int finished = 0;
-};
-
 struct Bucket {
   BucketInfo info;
   size_t shard = 0;        // kShardedOptimizer: elements per rank (count padded to world * shard)
@@ -52,7 +42,9 @@ struct Bucket {
   std::unique_ptr<Codec> codec;
   int pending = 0;  // gradients not yet marked this step
   bool launched = false;
-  std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+  // The collectives this bucket queued on the communication stream in this step (the
+  // communicator's stream API); finish() waits for them, bounded.
+  std::vector<coll::Work> works;
   bool done_at_communicated = false;  // times.done is times.communicated (no stamp of its own)
   std::string algorithm;
   BucketTimes times;
@@ -110,7 +102,7 @@ struct GradSync::Impl {
   hal::Stream gather_stream;
   std::vector<GatherSlot> slots;
   size_t slot_bytes = 0;      // the largest bucket, padded to world x shard
-  hal::DeviceBuffer staging;  // the reduce-scatter input of every bucket, one at a time
+  hal::DeviceBuffer staging;  // device: the reduce-scatter input of every bucket, one at a time
   uint64_t use_clock = 0;
 
   // The current step.
@@ -140,7 +132,8 @@ struct GradSync::Impl {
   bool sharded_params() const { return options.mode == SyncMode::kShardedParameters; }
   int world() const { return comm->size(); }
 
-  // buckets.cc: checks the registration of a new parameter against the others.
+  // buckets.cc: checks the registration of a new parameter against the others, and that its
+  // buffers are memory of the engine's device (device_memory.h).
   Status check_new_param(const std::string& name, const void* data, const void* grad, size_t count,
                          DType dtype) const;
   // buckets.cc: forms the buckets, allocates their buffers, checks the layout agrees on every
@@ -150,13 +143,12 @@ struct GradSync::Impl {
   // The parameters (or parts of them) in this rank's shard of `b`, in bucket order.
   std::vector<ShardPiece> shard_pieces(const Bucket& b) const;
   // grad_sync.cc
+  // Host bookkeeping on the communication stream (a callback that never waits; see CodecContext).
   Status host(std::function<void()> fn);
   Status launch(int bucket);
-  // Enqueues the blocking collective `fn` of bucket `index` on the communication stream (see
-  // CodecContext::collective), and finish()'s bounded wait for it.
-  Status collective(int index, std::function<Status()> fn, Clock::time_point* before,
-                    Clock::time_point* after);
-  Status wait_collectives(int index, const std::string& what);
+  // Queues one collective of bucket `index` through the communicator's stream API (`enqueue`
+  // makes the call on the communication stream) and keeps its Work for finish().
+  Status collective(int index, const std::function<Result<coll::Work>()>& enqueue);
   Status launch_ready_buckets();
   Status check_usable() const;
   Status fail_step(Status status, bool abort_comm);

@@ -109,7 +109,8 @@ Result<StepStats> GradSync::finish() {
     const std::string what = "step " + std::to_string(m.step) + ", bucket " + std::to_string(i) +
                              " (" + std::to_string(b.info.bytes) + " bytes, first parameter '" +
                              m.params[size_t(b.info.params.front())].name + "')";
-    if (Status s = m.wait_collectives(int(i), what); !s.ok()) return m.fail_step(s, true);
+    if (Status s = m.wait_works(b.works, what); !s.ok()) return m.fail_step(s, true);
+    b.works.clear();
   }
   if (Status s = m.comm_stream.synchronize(); !s.ok()) {
     return m.fail_step(s.with_context("overlap communication stream"), true);
@@ -127,6 +128,8 @@ Result<StepStats> GradSync::finish() {
   }
   const Clock::time_point done = Clock::now();
   for (Bucket& b : m.buckets) {
+    // Steps a bucket did not stamp took no time: encoding (the plain codec), decoding.
+    if (b.times.encoded == Clock::time_point{}) b.times.encoded = b.times.started;
     if (b.done_at_communicated) b.times.done = b.times.communicated;
     stats.payload_bytes += b.info.bytes;
     stats.wire_bytes +=
@@ -167,7 +170,7 @@ Result<std::vector<uint8_t>> GradSync::codec_state() {
   out.u64(m.buckets.size());
   for (const Bucket& b : m.buckets) {
     out.u64(b.info.count);
-    if (b.codec) b.codec->save(out);
+    if (b.codec) TSR_RETURN_IF_ERROR(b.codec->save(m.comm_stream, out));
   }
   return std::move(out.bytes());
 }
@@ -203,7 +206,7 @@ Status GradSync::set_codec_state(std::span<const uint8_t> bytes) {
       return invalid_argument(where + ": " + std::to_string(value) + " elements, this engine has " +
                               std::to_string(b.info.count));
     }
-    if (b.codec) TSR_RETURN_IF_ERROR(b.codec->load(in, where));
+    if (b.codec) TSR_RETURN_IF_ERROR(b.codec->load(m.comm_stream, in, where));
   }
   if (in.remaining() != 0) {
     return invalid_argument("codec state: " + std::to_string(in.remaining()) +

@@ -64,9 +64,18 @@ Result<std::unique_ptr<GradSync>> GradSync::create(std::shared_ptr<coll::Communi
     return invalid_argument("GradSync: prefetch_buckets " +
                             std::to_string(options.prefetch_buckets) + " is negative");
   }
-  if (c.kind == CodecKind::kPowerSgd && device.backend()->api().gemm_async == nullptr) {
-    return unimplemented("GradSync: codec 'powersgd' needs GEMM, which backend '" +
-                         device.backend_name() + "' lacks (gemm_async is NULL)");
+  // The codecs run on the device: each needs its backend's kernels.
+  const tsr_backend_api_v1& api = device.backend()->api();
+  const char* missing = nullptr;
+  if (c.kind == CodecKind::kPowerSgd && api.gemm_async == nullptr) missing = "GEMM (gemm_async)";
+  if (c.kind == CodecKind::kBf16 && api.cast_async == nullptr) missing = "cast (cast_async)";
+  if ((c.kind == CodecKind::kPowerSgd || c.kind == CodecKind::kTopK) && c.error_feedback &&
+      api.reduce_async == nullptr) {
+    missing = "reduce (reduce_async), for error feedback";
+  }
+  if (missing != nullptr) {
+    return unimplemented("GradSync: codec '" + std::string(codec_name(c.kind)) + "' needs " +
+                         missing + ", which backend '" + device.backend_name() + "' lacks");
   }
   auto impl = std::make_unique<Impl>(device);
   impl->comm = std::move(comm);
@@ -161,50 +170,9 @@ Status GradSync::Impl::wait_works(std::vector<coll::Work>& works, const std::str
   return Status();
 }
 
-Status GradSync::Impl::collective(int index, std::function<Status()> fn, Clock::time_point* before,
-                                  Clock::time_point* after) {
-  std::shared_ptr<Completion> done = buckets[size_t(index)].completion;
-  {
-    std::lock_guard lock(done->mutex);
-    ++done->enqueued;
-  }
-  // On the stream's thread: the stream reaching this point is the collective's start, with no
-  // hand-off to the communicator's proxy thread and back (two thread wake-ups per bucket, which
-  // on a loaded host cost more than a small bucket's transfer).
-  Status queued = comm_stream.add_callback(
-      [this, done, index, fn = std::move(fn), before, after](Status upstream) {
-        Status s = upstream;
-        if (s.ok()) {
-          if (before) *before = Clock::now();
-          s = fn();
-          if (after) *after = Clock::now();
-        }
-        if (!s.ok()) {
-          record_callback_error(
-              s.with_context("step " + std::to_string(step) + ", bucket " + std::to_string(index)));
-        }
-        {
-          std::lock_guard lock(done->mutex);
-          ++done->finished;
-        }
-        done->cv.notify_all();
-      });
-  if (!queued.ok()) {
-    std::lock_guard lock(done->mutex);
-    --done->enqueued;
-  }
-  return queued;
-}
-
-Status GradSync::Impl::wait_collectives(int index, const std::string& what) {
-  Completion& done = *buckets[size_t(index)].completion;
-  std::unique_lock lock(done.mutex);
-  if (!done.cv.wait_for(lock, timeout, [&] { return done.finished == done.enqueued; })) {
-    TSR_LOG(kError, "overlap") << what << " timed out; flight record:\n" << comm->flight_record();
-    return deadline_exceeded(what + ": not done within " + std::to_string(timeout.count()) +
-                             " ms (a rank did not take part; see the flight record)");
-  }
-  done.enqueued = done.finished = 0;
+Status GradSync::Impl::collective(int index, const std::function<Result<coll::Work>()>& enqueue) {
+  TSR_ASSIGN_OR_RETURN(coll::Work work, enqueue());
+  buckets[size_t(index)].works.push_back(std::move(work));
   return Status();
 }
 
@@ -214,6 +182,7 @@ Status GradSync::Impl::launch(int index) {
   char* flat = static_cast<char*>(sharded_params() ? staging.data() : b.flat.data());
   b.times = BucketTimes{};
   b.times.launched = Clock::now();
+  b.works.clear();
   for (int p : b.info.params) {
     const Param& param = params[size_t(p)];
     char* slot = b.in_place ? static_cast<char*>(param.grad) : flat + param.offset * size;
@@ -236,22 +205,19 @@ Status GradSync::Impl::launch(int index) {
     const size_t count = b.shard;
     const DType dtype = b.info.dtype;
     const hal::ReduceOp op = reduce_op(options.reduction);
+    TSR_RETURN_IF_ERROR(host([&t] { t.started = t.encoded = Clock::now(); }));
     TSR_RETURN_IF_ERROR(collective(
-        index,
-        [this, flat, shard, count, dtype, op, &t] {
-          t.started = t.encoded = Clock::now();
-          return comm->reduce_scatter(flat, shard, count, dtype, op);
-        },
-        nullptr, &t.communicated));
+        index, [&] { return comm->reduce_scatter(flat, shard, count, dtype, op, comm_stream); }));
+    TSR_RETURN_IF_ERROR(host([&t] { t.communicated = Clock::now(); }));
     b.algorithm = std::string(
         comm->algorithm_for(coll::OpKind::kReduceScatter, b.shard * size * size_t(world())));
+    b.done_at_communicated = true;
   } else {
     TSR_RETURN_IF_ERROR(host([&t] { t.started = Clock::now(); }));
     CodecContext ctx{*comm, comm_stream, options.reduction,
                      [this](std::function<void()> fn) { return host(std::move(fn)); },
-                     [this, index](std::function<Status()> fn, Clock::time_point* before,
-                                   Clock::time_point* after) {
-                       return collective(index, std::move(fn), before, after);
+                     [this, index](const std::function<Result<coll::Work>()>& enqueue) {
+                       return collective(index, enqueue);
                      }};
     TSR_RETURN_IF_ERROR(b.codec->enqueue(ctx, b.in_place ? b.in_place : flat, t));
     for (int p : b.in_place ? std::vector<int>{} : b.info.params) {
@@ -260,10 +226,10 @@ Status GradSync::Impl::launch(int index) {
     }
     b.algorithm =
         std::string(comm->algorithm_for(b.codec->wire_op(), b.codec->wire_message_bytes()));
+    // Nothing after the collective (an in-place plain allreduce): its end is the bucket's, and a
+    // callback only to read the clock would cost the stream a hop.
+    b.done_at_communicated = b.in_place != nullptr && b.codec->name() == "none";
   }
-  // Nothing after the collective (an in-place plain allreduce): its end is the bucket's, and a
-  // callback only to read the clock would cost the stream a hop.
-  b.done_at_communicated = b.in_place != nullptr && b.codec && b.codec->name() == "none";
   if (!b.done_at_communicated) TSR_RETURN_IF_ERROR(host([&t] { t.done = Clock::now(); }));
   b.launched = true;
   return Status();

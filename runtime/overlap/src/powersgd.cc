@@ -2,14 +2,17 @@
 // zero-padded): M += error; P = M Q; P = mean(P); orthonormalise P; Q = M^T P; Q = mean(Q);
 // approximation = P Q^T; error = M - approximation. Q is kept (warm start) and starts as the
 // same pseudo-random matrix on every rank. Two allreduces of (rows + cols) * r floats replace one
-// of rows * cols. The three products run as HAL GEMMs on the communication stream; the
-// orthonormalisation and the error update are host steps. Both are deterministic and see
-// identical P and Q on every rank, so every rank ends with the same bits.
+// of rows * cols. Everything lives in device memory and runs as the backend's stream operations
+// (reduce for M = g + error, GEMMs for the three products and for error = M - P Q^T), except
+// the orthonormalisation of the small P (rows x r), which is a host step on a pinned copy. Both
+// are deterministic and see identical P and Q on every rank, so every rank ends with the same
+// bits.
 #include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "codec.h"
+#include "device_memory.h"
 #include "tessera/hal/gemm_desc.h"
 
 namespace tessera::overlap {
@@ -25,112 +28,133 @@ Shape shape_for(size_t count, int rank) {
   return {rows, cols, std::min({size_t(std::max(rank, 1)), rows, cols})};
 }
 
-// Column-major GEMM descriptor C (m x n) = op(A) (m x k) op(B) (k x n), f32.
-tsr_gemm_desc gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, int trans_a,
-                   const float* b, int64_t ldb, int trans_b, float* c, int64_t ldc) {
-  return hal::f32_gemm_desc(trans_a != 0, trans_b != 0, m, n, k, a, lda, b, ldb, c, ldc);
+// Column-major GEMM descriptor C (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C, f32.
+tsr_gemm_desc gemm(int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, int trans_a,
+                   const void* b, int64_t ldb, int trans_b, void* c, int64_t ldc,
+                   double alpha = 1.0, double beta = 0.0) {
+  tsr_gemm_desc d =
+      hal::f32_gemm_desc(trans_a != 0, trans_b != 0, m, n, k, static_cast<const float*>(a), lda,
+                         static_cast<const float*>(b), ldb, static_cast<float*>(c), ldc, beta);
+  d.alpha = alpha;
+  return d;
 }
+
+struct Buffers {
+  hal::DeviceBuffer m;       // device: rows x cols (the padding stays 0)
+  hal::DeviceBuffer error;   // device: rows x cols (error feedback; the first `count` matter)
+  hal::DeviceBuffer p;       // device: rows x r
+  hal::DeviceBuffer q;       // device: cols x r
+  hal::DeviceBuffer approx;  // device: rows x cols
+  hal::HostBuffer staged;    // pinned: max(rows, cols) x r (P for the orthonormalisation)
+};
 
 class PowerSgdCodec final : public Codec {
  public:
-  PowerSgdCodec(const CodecOptions& options, size_t count, int world, int bucket)
+  PowerSgdCodec(const CodecOptions& options, size_t count, int world, Shape shape, Buffers buffers)
       : count_(count),
-        shape_(shape_for(count, options.powersgd_rank)),
+        shape_(shape),
         world_(world),
         error_feedback_(options.error_feedback),
-        m_(shape_.rows * shape_.cols, 0.0f),
-        error_(error_feedback_ ? count : 0, 0.0f),
-        p_(shape_.rows * shape_.rank),
-        q_(shape_.cols * shape_.rank),
-        approx_(shape_.rows * shape_.cols) {
-    std::mt19937_64 rng(options.seed * 1000003u + uint64_t(bucket));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& x : q_) x = normal(rng);
-  }
+        buf_(std::move(buffers)) {}
 
   std::string_view name() const override { return "powersgd"; }
-  size_t wire_bytes() const override { return (p_.size() + q_.size()) * sizeof(float); }
-  size_t wire_message_bytes() const override { return p_.size() * sizeof(float); }
+  size_t wire_bytes() const override {
+    return (shape_.rows + shape_.cols) * shape_.rank * sizeof(float);
+  }
+  size_t wire_message_bytes() const override { return shape_.rows * shape_.rank * sizeof(float); }
 
   Status enqueue(CodecContext& ctx, void* data, BucketTimes& times) override {
     // Row-major matrices read as column-major ones are their transposes: M is M^T (cols x rows,
     // ld cols), P is P^T (r x rows, ld r), Q is Q^T (r x cols, ld r).
     const int64_t rows = int64_t(shape_.rows), cols = int64_t(shape_.cols);
     const int64_t r = int64_t(shape_.rank);
-    float* g = static_cast<float*>(data);
-    TSR_RETURN_IF_ERROR(ctx.host([this, g] { load_matrix(g); }));
+    const hal::Stream& stream = ctx.stream;
+    void* m = buf_.m.data();
+    void* p = buf_.p.data();
+    void* q = buf_.q.data();
+    // M = g + error (the first `count` elements; the padding stays 0).
+    if (error_feedback_) {
+      const void* const sources[] = {data, buf_.error.data()};
+      TSR_RETURN_IF_ERROR(stream.reduce(m, sources, count_, DType::kF32, hal::ReduceOp::kSum));
+    } else {
+      TSR_RETURN_IF_ERROR(stream.copy(m, data, count_ * sizeof(float)));
+    }
     // P = M Q  <=>  P^T (r x rows) = Q^T (r x cols) M^T (cols x rows).
-    TSR_RETURN_IF_ERROR(
-        ctx.stream.gemm(gemm(r, rows, cols, q_.data(), r, 0, m_.data(), cols, 0, p_.data(), r)));
+    TSR_RETURN_IF_ERROR(stream.gemm(gemm(r, rows, cols, q, r, 0, m, cols, 0, p, r)));
+    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.encoded = Clock::now(); }));
     coll::Communicator& comm = ctx.comm;
+    const size_t p_count = shape_.rows * shape_.rank, q_count = shape_.cols * shape_.rank;
     TSR_RETURN_IF_ERROR(ctx.collective(
-        [&comm, this] {
-          return comm.allreduce(p_.data(), p_.data(), p_.size(), DType::kF32, hal::ReduceOp::kAvg);
-        },
-        &times.encoded, nullptr));
-    TSR_RETURN_IF_ERROR(ctx.host([this] { orthonormalise_p(); }));
+        [&] { return comm.allreduce(p, p, p_count, DType::kF32, hal::ReduceOp::kAvg, stream); }));
+    // The orthonormalisation of the small P on the host: staged out and back.
+    TSR_RETURN_IF_ERROR(stream.copy(buf_.staged.data(), p, p_count * sizeof(float)));
+    TSR_RETURN_IF_ERROR(ctx.host([this] { orthonormalise(); }));
+    TSR_RETURN_IF_ERROR(stream.copy(p, buf_.staged.data(), p_count * sizeof(float)));
     // Q = M^T P  <=>  Q^T (r x cols) = P^T (r x rows) M (rows x cols), M = (M^T)^T.
-    TSR_RETURN_IF_ERROR(
-        ctx.stream.gemm(gemm(r, cols, rows, p_.data(), r, 0, m_.data(), cols, 1, q_.data(), r)));
+    TSR_RETURN_IF_ERROR(stream.gemm(gemm(r, cols, rows, p, r, 0, m, cols, 1, q, r)));
     TSR_RETURN_IF_ERROR(ctx.collective(
-        [&comm, this] {
-          return comm.allreduce(q_.data(), q_.data(), q_.size(), DType::kF32, hal::ReduceOp::kAvg);
-        },
-        nullptr, &times.communicated));
-    // approx = P Q^T  <=>  approx^T (cols x rows) = Q (cols x r) P^T (r x rows), Q = (Q^T)^T.
-    TSR_RETURN_IF_ERROR(ctx.stream.gemm(
-        gemm(cols, rows, r, q_.data(), r, 1, p_.data(), r, 0, approx_.data(), cols)));
-    const float scale = ctx.reduction == Reduction::kSum ? float(world_) : 1.0f;
-    return ctx.host([this, g, scale] { reconstruct(g, scale); });
+        [&] { return comm.allreduce(q, q, q_count, DType::kF32, hal::ReduceOp::kAvg, stream); }));
+    TSR_RETURN_IF_ERROR(ctx.host([&times] { times.communicated = Clock::now(); }));
+    // g = scale P Q^T  <=>  approx^T (cols x rows) = scale Q (cols x r) P^T (r x rows).
+    const double scale = ctx.reduction == Reduction::kSum ? double(world_) : 1.0;
+    void* approx = buf_.approx.data();
+    TSR_RETURN_IF_ERROR(stream.gemm(gemm(cols, rows, r, q, r, 1, p, r, 0, approx, cols, scale)));
+    TSR_RETURN_IF_ERROR(stream.copy(data, approx, count_ * sizeof(float)));
+    if (!error_feedback_) return Status();
+    // error = M - P Q^T: M copied into error, then error += -1 (P Q^T).
+    void* error = buf_.error.data();
+    TSR_RETURN_IF_ERROR(stream.copy(error, m, shape_.rows * shape_.cols * sizeof(float)));
+    return stream.gemm(gemm(cols, rows, r, q, r, 1, p, r, 0, error, cols, -1.0, 1.0));
   }
 
-  void save(ByteWriter& out) const override {
-    out.u64(error_.size());
-    out.floats(error_);
-    out.u64(q_.size());
-    out.floats(q_);
+  Status save(const hal::Stream& stream, ByteWriter& out) const override {
+    std::vector<float> host;
+    if (error_feedback_) TSR_RETURN_IF_ERROR(download(stream, buf_.error.data(), count_, host));
+    out.u64(host.size());
+    out.floats(host);
+    TSR_RETURN_IF_ERROR(download(stream, buf_.q.data(), q_count(), host));
+    out.u64(host.size());
+    out.floats(host);
+    return Status();
   }
-  Status load(ByteReader& in, const std::string& where) override {
+  Status load(const hal::Stream& stream, ByteReader& in, const std::string& where) override {
+    const size_t error_count = error_feedback_ ? count_ : 0;
     uint64_t n = 0;
     TSR_RETURN_IF_ERROR(in.u64(&n, where + " error size"));
-    if (n != error_.size()) {
+    if (n != error_count) {
       return invalid_argument(where + ": error of " + std::to_string(n) +
-                              " elements, this engine has " + std::to_string(error_.size()));
+                              " elements, this engine has " + std::to_string(error_count));
     }
-    TSR_RETURN_IF_ERROR(in.floats(error_, where + " error"));
+    std::vector<float> error(error_count), q(q_count());
+    TSR_RETURN_IF_ERROR(in.floats(error, where + " error"));
     TSR_RETURN_IF_ERROR(in.u64(&n, where + " Q size"));
-    if (n != q_.size()) {
+    if (n != q.size()) {
       return invalid_argument(where + ": Q of " + std::to_string(n) +
-                              " elements, this engine has " + std::to_string(q_.size()));
+                              " elements, this engine has " + std::to_string(q.size()));
     }
-    return in.floats(q_, where + " Q");
+    TSR_RETURN_IF_ERROR(in.floats(q, where + " Q"));
+    if (error_feedback_) TSR_RETURN_IF_ERROR(upload(stream, buf_.error.data(), error));
+    return upload(stream, buf_.q.data(), q);
   }
 
  private:
-  void load_matrix(const float* g) {
-    for (size_t i = 0; i < count_; ++i) m_[i] = g[i] + (error_feedback_ ? error_[i] : 0.0f);
-  }
-  // Modified Gram-Schmidt on the columns of P; a vanishing column becomes zero.
-  void orthonormalise_p() {
+  size_t q_count() const { return shape_.cols * shape_.rank; }
+
+  // Modified Gram-Schmidt on the columns of the staged P; a vanishing column becomes zero.
+  void orthonormalise() {
+    float* p = static_cast<float*>(buf_.staged.data());
     const size_t r = shape_.rank;
     for (size_t j = 0; j < r; ++j) {
       for (size_t prev = 0; prev < j; ++prev) {
         double dot = 0;
-        for (size_t i = 0; i < shape_.rows; ++i) dot += double(p_[i * r + j]) * p_[i * r + prev];
-        for (size_t i = 0; i < shape_.rows; ++i) p_[i * r + j] -= float(dot) * p_[i * r + prev];
+        for (size_t i = 0; i < shape_.rows; ++i) dot += double(p[i * r + j]) * p[i * r + prev];
+        for (size_t i = 0; i < shape_.rows; ++i) p[i * r + j] -= float(dot) * p[i * r + prev];
       }
       double norm = 0;
-      for (size_t i = 0; i < shape_.rows; ++i) norm += double(p_[i * r + j]) * p_[i * r + j];
+      for (size_t i = 0; i < shape_.rows; ++i) norm += double(p[i * r + j]) * p[i * r + j];
       norm = std::sqrt(norm);
       const float inv = norm > 1e-30 ? float(1.0 / norm) : 0.0f;
-      for (size_t i = 0; i < shape_.rows; ++i) p_[i * r + j] *= inv;
-    }
-  }
-  // g = scale * P Q^T (the ranks' mean of M, approximately); error = M - P Q^T.
-  void reconstruct(float* g, float scale) {
-    for (size_t i = 0; i < count_; ++i) {
-      if (error_feedback_) error_[i] = m_[i] - approx_[i];
-      g[i] = approx_[i] * scale;
+      for (size_t i = 0; i < shape_.rows; ++i) p[i * r + j] *= inv;
     }
   }
 
@@ -138,11 +162,7 @@ class PowerSgdCodec final : public Codec {
   Shape shape_;
   int world_;
   bool error_feedback_;
-  std::vector<float> m_;
-  std::vector<float> error_;
-  std::vector<float> p_;
-  std::vector<float> q_;
-  std::vector<float> approx_;
+  Buffers buf_;
 };
 
 }  // namespace
@@ -152,9 +172,32 @@ bool powersgd_compresses(size_t count, int rank) {
   return (s.rows + s.cols) * s.rank < count;
 }
 
-std::unique_ptr<Codec> make_powersgd_codec(const CodecOptions& options, size_t count, int world,
-                                           int bucket) {
-  return std::make_unique<PowerSgdCodec>(options, count, world, bucket);
+Result<std::unique_ptr<Codec>> make_powersgd_codec(const CodecOptions& options, size_t count,
+                                                   int world, int bucket, const CodecSetup& setup) {
+  const Shape shape = shape_for(count, options.powersgd_rank);
+  const size_t matrix = shape.rows * shape.cols * sizeof(float);
+  const hal::Device& device = setup.device;
+  const hal::Stream& stream = setup.stream;
+  Buffers b;
+  TSR_ASSIGN_OR_RETURN(b.m, device.allocate(matrix));
+  TSR_RETURN_IF_ERROR(stream.memset(b.m.data(), 0, matrix));
+  if (options.error_feedback) {
+    TSR_ASSIGN_OR_RETURN(b.error, device.allocate(matrix));
+    TSR_RETURN_IF_ERROR(stream.memset(b.error.data(), 0, matrix));
+  }
+  TSR_ASSIGN_OR_RETURN(b.p, device.allocate(shape.rows * shape.rank * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(b.q, device.allocate(shape.cols * shape.rank * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(b.approx, device.allocate(matrix));
+  TSR_ASSIGN_OR_RETURN(b.staged, device.allocate_host(std::max(shape.rows, shape.cols) *
+                                                      shape.rank * sizeof(float)));
+  // The initial Q, the same on every rank, through the staging buffer (the engine synchronises
+  // the stream before it is reused).
+  std::mt19937_64 rng(options.seed * 1000003u + uint64_t(bucket));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  float* q = static_cast<float*>(b.staged.data());
+  for (size_t i = 0; i < shape.cols * shape.rank; ++i) q[i] = normal(rng);
+  TSR_RETURN_IF_ERROR(stream.copy(b.q.data(), q, shape.cols * shape.rank * sizeof(float)));
+  return std::unique_ptr<Codec>(new PowerSgdCodec(options, count, world, shape, std::move(b)));
 }
 
 }  // namespace tessera::overlap

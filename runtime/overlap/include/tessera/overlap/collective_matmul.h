@@ -8,7 +8,8 @@
 //                           parallel weight). Step s passes on the block received at step s-1
 //                           (this rank's own at step 0) and receives block rank-s-1; this
 //                           rank's rows are multiplied before anything moved, every other block
-//                           as soon as it arrived. Bit for bit what allgather + one GEMM gives.
+//                           as soon as it arrived. Equal to allgather + one GEMM within the
+//                           f32 dot-product bound (BLAS promises no bits across shapes).
 //   matmul_reduce_scatter:  Y_r = rows r of sum_q X_q W_q    (row-parallel weight, reduce-
 //                           scattered output). Step s computes the partial product of block
 //                           rank-s-1, adds the running sum received from the previous rank (on
@@ -23,12 +24,16 @@
 // the communicator (edges coloured so that no rank sends and receives on the same one: two
 // colours for an even ring, three for an odd one), so both directions move at once.
 //
-// Matrices are row-major f32. Like GradSync, one thread uses an object, and buffers must be
-// host-addressable. Needs a backend with GEMM and reduce.
+// Matrices are row-major f32 in device memory of the object's device (host memory only where
+// that device's memory is host-accessible; anything else is refused, naming the argument): the
+// GEMMs and adds are the backend's stream operations, the chunks move through the communicator's
+// stream API, and nothing runs in a stream callback. Like GradSync, one thread uses an object.
+// Needs a backend with GEMM and reduce.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -63,6 +68,13 @@ class CollectiveMatmul {
 
  private:
   CollectiveMatmul() = default;
+  struct BufferArg {
+    const void* ptr;
+    size_t bytes;
+    const char* name;
+  };
+  // Each buffer is memory of the device (device_memory.h), large enough for its matrix.
+  Status check_buffers(const char* operation, std::initializer_list<BufferArg> buffers) const;
   Status ensure_events(std::vector<hal::Event>& events, size_t count);
   std::shared_ptr<coll::Communicator> comm_;
   std::vector<std::shared_ptr<coll::Communicator>> edges_;  // one per ring edge colour

@@ -21,12 +21,20 @@
 // in ZeRO-2).
 //
 // Thread-safety: a GradSync is used by one thread (the trainer's), like its communicator, which
-// it must not share with other threads while a step is in flight. Nor may that thread queue other
-// operations on the communicator during a step: the engine runs its collectives in stream order
-// on its own stream's thread, so their order relative to other traffic could differ between
+// it must not share with other threads while a step is in flight. Nor may that thread call the
+// communicator during a step: the engine queues its collectives through the communicator's stream
+// API as buckets complete, so other traffic would interleave with them differently on different
 // ranks (give other traffic its own communicator, e.g. from split()). Between steps it is free.
-// Buffers: device memory whose host can address it (the host backend), or host memory, as the
-// communicator requires.
+//
+// Memory: every buffer registered (gradients, parameters) is device memory of the engine's device
+// (hal::Device::allocate); host memory is accepted only where that device's memory is
+// host-accessible (TSR_CAP_HOST_ACCESSIBLE), and a pointer of another device or backend, or one
+// running past its allocation, is refused naming the parameter. The engine's own buffers
+// (buckets, shards, gathered parameters, codec state and error feedback) are device memory too;
+// pointers it returns (ShardSegment, gather()) are device pointers. It never dereferences device
+// memory and runs no collective inside a stream callback: collectives go through the
+// communicator's stream API; callbacks only read clocks and run the codecs' host steps on pinned
+// staging buffers (docs/OVERLAP.md, "Memory").
 #pragma once
 
 #include <chrono>
@@ -111,8 +119,9 @@ struct StepStats {
 
 // One contiguous piece of this rank's optimizer shard (kShardedOptimizer): `count` elements of
 // parameter `param` from element `param_offset`; `grad` points at the reduced gradient (engine
-// memory, valid after finish() until the next step), `data` into the parameter itself
+// device memory, valid after finish() until the next step), `data` into the parameter itself
 // (kShardedParameters: into the engine's shard of it, which the optimizer updates in place).
+// Both are device pointers: the optimizer runs on the device or stages them.
 struct ShardSegment {
   int param = 0;
   size_t param_offset = 0;
@@ -154,12 +163,15 @@ class GradSync {
   GradSync& operator=(const GradSync&) = delete;
 
   // ---- registration (before the first mark) ---------------------------------------------
-  // Registers a parameter and its gradient (`count` elements of `dtype` each); returns its index.
+  // Registers a parameter and its gradient (`count` elements of `dtype` each, device memory of
+  // the engine's device: see "Memory" above); returns its index.
   // `data` may be null in kAllReduce mode. In kShardedParameters mode `data` (null: zeros) is read
   // once, when the buckets are formed, for this rank's shard; the engine never touches it again,
   // so the trainer may free it then (buckets() forms them). Errors: null grad, count 0, a buffer
   // not aligned to the element size, a buffer overlapping another registered one (both named), a
-  // duplicate name, or registration after the first mark.
+  // buffer that is not memory of the engine's device (host memory on a device whose memory is not
+  // host-accessible, another device's, past the end of its allocation), a duplicate name, or
+  // registration after the first mark.
   Result<int> add_parameter(std::string name, void* data, void* grad, size_t count, DType dtype);
 
   // ---- one step ------------------------------------------------------------------------------
@@ -195,9 +207,10 @@ class GradSync {
   // The full parameter `param`, gathered: its bucket is all-gathered into a pooled buffer unless
   // it already is (a prefetch, or an earlier gather of the step), then the next
   // `prefetch_buckets` buckets of `pass` are all-gathered ahead while `compute` works. `compute`
-  // waits for the bucket; the pointer stays valid until the matching release(). Every rank must
-  // gather the same parameters in the same order (the gathers are collectives). Gathers may nest
-  // (a tied weight): each needs its own release. The first call forms the buckets (collective).
+  // waits for the bucket; the (device) pointer stays valid until the matching release(). Every rank
+  // must gather the same parameters in the same order (the gathers are collectives). Gathers may
+  // nest (a tied weight): each needs its own release. The first call forms the buckets
+  // (collective).
   Result<void*> gather(int param, const hal::Stream& compute, Pass pass = Pass::kForward);
   // The work queued so far on `compute` is the last to read the gathered `param`; once every
   // parameter of its bucket is released, the buffer may take another bucket (after that work).
