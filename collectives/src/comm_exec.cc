@@ -1,6 +1,8 @@
-// Running operations: the algorithm context, sequence numbers and headers, the flight recorder,
-// and the proxy thread that runs operations queued on streams.
+// Running operations: the algorithm context, the route (host, staged, native), sequence numbers
+// and headers, the flight recorder. Operations queued on streams: comm_stream.cc.
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "comm_impl.h"
 #include "reduce.h"
@@ -84,8 +86,84 @@ Status CommImpl::execute(const OpDesc& d) {
   return execute_now(d);
 }
 
+MemoryTarget CommImpl::memory_target(const hal::Stream* stream) const {
+  MemoryTarget t;
+  t.mode = memory_mode_;
+  if (device_) {
+    t.backend = device_->backend();
+    t.device = device_->index();
+    t.id = device_->id();
+    t.host_accessible = device_->has(TSR_CAP_HOST_ACCESSIBLE);
+    t.can_stage = true;
+  } else if (stream != nullptr && stream->handle() != nullptr) {
+    t.backend = stream->backend();
+    t.device = stream->device();
+    t.id = t.backend->name() + ":" + std::to_string(t.device);
+    tsr_device_properties props{};
+    props.struct_size = sizeof props;
+    t.host_accessible = t.backend->api().device_properties(t.device, &props) == TSR_OK &&
+                        (props.capabilities & TSR_CAP_HOST_ACCESSIBLE) != 0;
+  }
+  return t;
+}
+
+DeviceRoute CommImpl::route_for(const OpDesc& d) const {
+  if (!d.device_memory || !device_) return DeviceRoute::kHost;
+  if (device_path_ == DevicePath::kStaged) return DeviceRoute::kStaged;
+  // The native route (the backend's tsr_collectives_api_v1) is chosen here once it exists: when
+  // the backend has a usable collectives table and the operation has a native form.
+  if (device_->has(TSR_CAP_HOST_ACCESSIBLE)) return DeviceRoute::kHost;
+  return DeviceRoute::kStaged;
+}
+
 Status CommImpl::execute_now(const OpDesc& d) {
   std::lock_guard lock(exec_mutex_);
+  if (aborted()) return abort_status();
+  const DeviceRoute route = route_for(d);
+  if (!route_logged_[size_t(d.kind)][size_t(route)]) {
+    route_logged_[size_t(d.kind)][size_t(route)] = true;
+    TSR_LOG(kInfo, "coll") << "communicator " << uid_ << " rank " << rank_ << ": "
+                           << op_name(d.kind) << " on "
+                           << (d.device_memory ? "device memory of " + device_->id()
+                                               : std::string("host memory"))
+                           << " takes the " << route_name(route) << " route"
+                           << (chunk_all_ && chunked_op(d.kind)
+                                   ? " (chunks of " + std::to_string(stage_chunk_) + " bytes)"
+                                   : std::string());
+  }
+  Status status;
+  if (route == DeviceRoute::kStaged) {
+    status = run_staged(d);
+  } else if (chunk_all_ && chunked_op(d.kind)) {
+    // The same chunk operations a staging rank runs (staged.h): host memory on a staging
+    // communicator must not shift the sequence numbers against it.
+    const ChunkPlan plan = chunk_plan(d.count, d.dtype, stage_chunk_);
+    for (size_t i = 0; i < plan.chunks && status.ok(); ++i) {
+      status = run_algorithm(chunk_of(d, plan, i), route);
+    }
+  } else {
+    status = run_algorithm(d, route);
+  }
+  if (!status.ok() && !aborted()) {
+    // A failure outside the algorithm (staging copies): the peers are in the operation.
+    status =
+        status.with_context(std::string(op_name(d.kind)) + " (" + std::string(route_name(route)) +
+                            " route) on rank " + std::to_string(rank_));
+    abort(status.message());
+    TSR_LOG(kError, "coll") << status.to_string();
+  }
+  return status;
+}
+
+Status CommImpl::run_staged(const OpDesc& d) {
+  if (!stager_) {
+    TSR_ASSIGN_OR_RETURN(stager_, Stager::create(*device_, stage_chunk_));
+  }
+  return stager_->run(d, rank_, size_,
+                      [this](const OpDesc& h) { return run_algorithm(h, DeviceRoute::kStaged); });
+}
+
+Status CommImpl::run_algorithm(const OpDesc& d, DeviceRoute route) {
   if (aborted()) return abort_status();
   Context c(*this);
   c.dtype = d.dtype;
@@ -119,6 +197,7 @@ Status CommImpl::execute_now(const OpDesc& d) {
                 d.kind == OpKind::kSend || d.kind == OpKind::kRecv)
                    ? d.root
                    : -1;
+  entry.route = route_name(route);
   entry.queued = std::chrono::system_clock::now();
   const uint64_t id = recorder_.record(std::move(entry));
   recorder_.started(id, algo.name);
@@ -126,8 +205,9 @@ Status CommImpl::execute_now(const OpDesc& d) {
   recorder_.finished(id, status, c.header.step);
   if (!status.ok()) {
     const std::string what = std::string(op_name(d.kind)) + " #" + std::to_string(c.header.seq) +
-                             " (" + std::string(algo.name) + ", step " +
-                             std::to_string(c.header.step) + ") on rank " + std::to_string(rank_);
+                             " (" + std::string(algo.name) + ", " + std::string(route_name(route)) +
+                             " route, step " + std::to_string(c.header.step) + ") on rank " +
+                             std::to_string(rank_);
     status = status.with_context(what);
     // A failure inside the hierarchical algorithm aborts only the inner (per-host or cross-host)
     // communicator it happened on; this one must not go on as if its ranks were in step.
@@ -136,83 +216,6 @@ Status CommImpl::execute_now(const OpDesc& d) {
                             << recorder_.dump(rank_);
   }
   return status;
-}
-
-Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
-  if (aborted()) return abort_status();
-  auto state = std::make_shared<WorkState>();
-  // The event first: its creation touches no stream, so failing there leaves nothing behind.
-  const auto& backend = stream.backend();
-  tsr_event event = nullptr;
-  TSR_RETURN_IF_ERROR(
-      backend->check(backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &event),
-                     "event_create for a collective's completion"));
-  state->event = hal::Event(backend, event);
-  // The callback opens the gate for the proxy once the stream reached this point, then holds the
-  // stream until the operation finished, so later work on the stream sees its result.
-  TSR_RETURN_IF_ERROR(stream.add_callback([state](Status upstream) {
-    state->mark_ready(std::move(upstream));
-    while (state->wait(std::chrono::milliseconds(50)).code() == StatusCode::kDeadlineExceeded) {
-    }
-  }));
-  if (Status recorded = state->event.record(stream); !recorded.ok()) {
-    // The callback is queued and would hold the stream forever: release it.
-    state->finish(recorded);
-    return recorded;
-  }
-  {
-    std::lock_guard lock(queue_mutex_);
-    queue_.push_back(Task{std::move(d), state});
-    if (!proxy_.joinable()) proxy_ = std::thread([this] { proxy_main(); });
-  }
-  queue_cv_.notify_all();
-  return Work(state);
-}
-
-void CommImpl::proxy_main() {
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock lock(queue_mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      proxy_busy_ = true;
-    }
-    {
-      std::lock_guard lock(queue_mutex_);
-      proxy_at_gate_ = true;
-    }
-    // Until the stream reaches the operation: bounded by the communicator's timeout, and released
-    // by an abort posted here or by a peer (which would otherwise only be seen once it runs).
-    Status status = task.state->wait_ready(options_.timeout, [this]() -> Status {
-      if (aborted()) return abort_status();
-      Status by_peer = shm_ ? shm_->posted_abort_status(rank_) : Status();
-      if (!by_peer.ok()) abort(by_peer.message());
-      return by_peer;
-    });
-    {
-      std::lock_guard lock(queue_mutex_);
-      proxy_at_gate_ = false;
-    }
-    if (status.ok()) {
-      status = execute_now(task.desc);
-    } else if (!aborted()) {
-      abort(std::string(op_name(task.desc.kind)) + " on a stream: " + status.message());
-    }
-    task.state->finish(std::move(status));
-    {
-      std::lock_guard lock(queue_mutex_);
-      proxy_busy_ = false;
-    }
-    queue_cv_.notify_all();
-  }
-}
-
-void CommImpl::drain() {
-  std::unique_lock lock(queue_mutex_);
-  queue_cv_.wait(lock, [&] { return queue_.empty() && !proxy_busy_; });
 }
 
 // ---- building blocks for the hierarchical algorithms

@@ -185,6 +185,13 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   device_ = args.device;
   options_ = args.options;
   force_ucx_ = options_.transport == "ucx";
+  // Validated by resolve() (communicator.cc); the fallbacks only guard a direct caller.
+  memory_mode_ = parse_memory_mode(options_.memory).value_or(MemoryMode::kAuto);
+  device_path_ = parse_device_path(options_.device_path).value_or(DevicePath::kAuto);
+  if (options_.stage_chunk_bytes > 0) stage_chunk_ = options_.stage_chunk_bytes;
+  chunk_all_ =
+      device_ && (device_path_ == DevicePath::kStaged || !device_->has(TSR_CAP_HOST_ACCESSIBLE));
+  stream_callbacks_ = env::get("TESSERA_COLL_STREAM_CALLBACKS").value_or("0") == "1";
   std::vector<Card> cards;
   for (size_t i = 0; i < raw_cards.size(); ++i) {
     TSR_ASSIGN_OR_RETURN(Card c, decode(raw_cards[i], i));
@@ -365,7 +372,10 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
                          << (shm_ && shm_->huge_pages() ? " (huge pages)" : "")
                          << (shm_ && shm_->single_copy_threshold() > 0 ? ", single-copy" : "")
                          << (ucx_ ? ", UCX" : "") << ", local peers watched by "
-                         << liveness_->method();
+                         << liveness_->method() << ", device "
+                         << (device_ ? device_->id() : std::string("none")) << " (memory "
+                         << memory_mode_name(memory_mode_) << ", device path "
+                         << device_path_name(device_path_) << ")";
   return Status();
 }
 
@@ -381,6 +391,8 @@ CommImpl::~CommImpl() {
   if (pending) abort("communicator destroyed with operations pending");
   queue_cv_.notify_all();
   if (proxy_.joinable()) proxy_.join();
+  // The proxy raised each operation's signal; this covers anything it never saw.
+  release_signals();
 }
 
 Result<std::unique_ptr<CommImpl>> CommImpl::split(int64_t color, int64_t key) {

@@ -18,7 +18,9 @@
 
 #include "algo/algo.h"
 #include "flight_recorder.h"
+#include "memory_kind.h"
 #include "peer_liveness.h"
+#include "staged.h"
 #include "tessera/coll/communicator.h"
 #include "transport/shm_transport.h"
 #include "tuner.h"
@@ -75,6 +77,11 @@ class CommImpl {
   int world_rank(int rank) const { return world_ranks_[size_t(rank)]; }
   const std::optional<hal::Device>& device() const { return device_; }
   const Tuner& tuner() const { return *tuner_; }
+  // What buffers are checked against (memory_kind.h): the communicator's device, else the
+  // stream's (stream forms of a communicator created without a device), else none.
+  MemoryTarget memory_target(const hal::Stream* stream) const;
+  // The route `d` takes (memory_kind.h). The one place the choice is made.
+  DeviceRoute route_for(const OpDesc& d) const;
 
   // Runs an operation now, on the calling thread, after the queued ones.
   Status execute(const OpDesc& d);
@@ -106,7 +113,22 @@ class CommImpl {
  private:
   CommImpl() = default;
   Status setup(const CreateArgs& args, const std::vector<std::string>& cards, int my_index);
+  // Under exec_mutex_: the route, chunking, the staged pipeline, then run_algorithm per piece.
   Status execute_now(const OpDesc& d);
+  // One operation on host-addressable buffers: sequence number, tuner, algorithm, recorder.
+  Status run_algorithm(const OpDesc& d, DeviceRoute route);
+  Status run_staged(const OpDesc& d);
+  // Stream operations: the host-signal form (comm_exec.cc) and the callback fallback.
+  Result<Work> enqueue_signalled(OpDesc d, const hal::Stream& stream);
+  Result<Work> enqueue_with_callback(OpDesc d, const hal::Stream& stream);
+  // Raises every signal to the last value handed out (nothing may wait on a stream forever).
+  void release_signals();
+  // Polls `ready` until the stream reached the operation: bounded by the timeout, released by an
+  // abort. A failure of the stream's earlier work lands in *upstream (the operation still runs,
+  // so the ranks stay in step).
+  Status wait_ready_event(const hal::Event& ready, Status* upstream);
+  // An abort posted here or by a peer (a peer's is adopted), else OK.
+  Status stop_status();
   Transport* transport_for(int peer);
   // Marks local peers whose process exited in dead_ (peer_liveness.h).
   void update_dead_peers();
@@ -133,6 +155,16 @@ class CommImpl {
   std::unique_ptr<CommImpl> local_, cross_;
   FlightRecorder recorder_;
   uint64_t seq_ = 0;
+  // Memory and routes (memory_kind.h, staged.h).
+  MemoryMode memory_mode_ = MemoryMode::kAuto;
+  DevicePath device_path_ = DevicePath::kAuto;
+  size_t stage_chunk_ = 4 << 20;
+  // allreduce/reduce/broadcast are cut into chunk operations on every route (so that a rank
+  // staging device memory and a rank passing host memory run the same sequence of operations):
+  // set when this communicator's device memory is staged.
+  bool chunk_all_ = false;
+  std::unique_ptr<Stager> stager_;  // created by the first staged operation
+  std::array<std::array<bool, 3>, kNumOpKinds> route_logged_{};
   // The tuner's last choice per operation (under exec_mutex_): same-sized loops skip the model.
   struct ChoiceMemo {
     size_t bytes = SIZE_MAX;
@@ -148,11 +180,27 @@ class CommImpl {
   mutable std::mutex abort_mutex_;
   std::string abort_reason_;
 
+  // A host signal per (backend, device) of the streams used; values are handed out in queue
+  // order, so raising one releases exactly the operations up to it.
+  struct StreamSignal {
+    const hal::Backend* backend = nullptr;
+    int32_t device = -1;
+    hal::HostSignal signal;
+    uint64_t issued = 0;  // under queue_mutex_
+  };
   // Operations queued on streams run on the proxy thread, in order.
   struct Task {
     OpDesc desc;
     std::shared_ptr<WorkState> state;
+    // Host-signal form: the stream reached the operation once `ready` completes; the proxy
+    // raises `signal` to `value` when the operation ended (however it ended).
+    std::optional<hal::Event> ready;
+    StreamSignal* signal = nullptr;
+    uint64_t value = 0;
+    Status refused;  // queuing failed half-way: finish with this, run nothing, still raise
   };
+  std::vector<std::unique_ptr<StreamSignal>> signals_;  // under queue_mutex_
+  bool stream_callbacks_ = false;  // TESSERA_COLL_STREAM_CALLBACKS=1: the fallback, for tests
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "comm_impl.h"
+#include "memory_kind.h"
 #include "reduce.h"
 #include "tessera/common/env.h"
 
@@ -65,7 +66,55 @@ Result<CommOptions> resolve(CommOptions options) {
     return invalid_argument("TESSERA_COLL_TRANSPORT='" + options.transport +
                             "': expected auto, shm or ucx");
   }
+  if (options.memory.empty()) options.memory = env::get("TESSERA_COLL_MEMORY").value_or("auto");
+  if (auto mode = parse_memory_mode(options.memory); !mode.ok()) {
+    return mode.status().with_context("TESSERA_COLL_MEMORY (CommOptions::memory)");
+  }
+  if (options.device_path.empty()) {
+    options.device_path = env::get("TESSERA_COLL_DEVICE_PATH").value_or("auto");
+  }
+  if (auto path = parse_device_path(options.device_path); !path.ok()) {
+    return path.status().with_context("TESSERA_COLL_DEVICE_PATH (CommOptions::device_path)");
+  }
+  if (options.stage_chunk_bytes == 0) {
+    TSR_ASSIGN_OR_RETURN(const uint64_t chunk,
+                         env::get_bytes("TESSERA_COLL_STAGE_CHUNK", uint64_t(4) << 20));
+    if (chunk == 0) return invalid_argument("TESSERA_COLL_STAGE_CHUNK must be positive");
+    options.stage_chunk_bytes = size_t(chunk);
+  }
   return options;
+}
+
+// What the options ask of the device, checked before any exchange so that every rank (all read
+// the same environment) fails the same way instead of leaving the others in a creation.
+Status check_device_options(const CommOptions& options, const std::optional<hal::Device>& device) {
+  if (parse_memory_mode(options.memory).value_or(MemoryMode::kAuto) == MemoryMode::kDevice &&
+      !device) {
+    return invalid_argument(
+        "Communicator::create: memory=device (TESSERA_COLL_MEMORY) needs the communicator's "
+        "device: use create(bootstrap, device, options)");
+  }
+  if (parse_device_path(options.device_path).value_or(DevicePath::kAuto) == DevicePath::kNative) {
+    if (!device) {
+      return invalid_argument(
+          "Communicator::create: device path native (TESSERA_COLL_DEVICE_PATH) needs the "
+          "communicator's device: use create(bootstrap, device, options)");
+    }
+    if (device->backend()->api().collectives == nullptr) {
+      return failed_precondition(
+          "Communicator::create: device path native "
+          "(TESSERA_COLL_DEVICE_PATH) on " +
+          device->id() + ": backend " + device->backend_name() +
+          " has no native collective library (no tsr_collectives_api_v1 "
+          "table); use auto or staged");
+    }
+    // The native route itself is not wired yet (memory_kind.h, DeviceRoute::kNative).
+    return unimplemented("Communicator::create: device path native on " + device->id() +
+                         ": backend " + device->backend_name() +
+                         " has a collective library, but the communicator does not drive it "
+                         "yet; use auto or staged");
+  }
+  return Status();
 }
 
 Result<std::shared_ptr<Communicator>> create_world(std::shared_ptr<Bootstrap> bootstrap,
@@ -73,6 +122,7 @@ Result<std::shared_ptr<Communicator>> create_world(std::shared_ptr<Bootstrap> bo
                                                    CommOptions options) {
   if (!bootstrap) return invalid_argument("Communicator::create: bootstrap is null");
   TSR_ASSIGN_OR_RETURN(options, resolve(std::move(options)));
+  TSR_RETURN_IF_ERROR(check_device_options(options, device));
   CommImpl::CreateArgs args;
   // Per bootstrap and generation: a restarted rank's first communicator of generation g has the
   // same uid (hence store keys, shared-memory segment and UCX ids) as the survivors' first one of
@@ -139,6 +189,12 @@ std::string Communicator::flight_record() const {
 }
 std::string_view Communicator::algorithm_for(OpKind op, size_t bytes) const {
   return impl_->tuner().choose(op, bytes).name;
+}
+std::string_view Communicator::route_for(OpKind op, bool device_memory) const {
+  OpDesc d;
+  d.kind = op;
+  d.device_memory = device_memory;
+  return route_name(impl_->route_for(d));
 }
 
 Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
@@ -280,10 +336,23 @@ Status check_args(const OpDesc& d, int rank, int size) {
   }
 }
 
+// Which memory the buffers are (memory_kind.h): refuses memory of another device, host memory
+// under memory=device, device memory the CPU cannot address under memory=host, mixed kinds.
+// `stream` is the stream of a stream form (the device to check against when the communicator has
+// none).
+Status check_memory(const CommImpl& impl, OpDesc& d, int rank, int size,
+                    const hal::Stream* stream) {
+  TSR_ASSIGN_OR_RETURN(const BufferMemory memory,
+                       classify_buffers(d, rank, size, impl.memory_target(stream)));
+  d.device_memory = memory == BufferMemory::kDevice;
+  return Status();
+}
+
 // Every blocking operation: refused once the communicator is aborted, then checked, then run.
-Status run(CommImpl& impl, int rank, int size, const OpDesc& d) {
+Status run(CommImpl& impl, int rank, int size, OpDesc d) {
   if (impl.aborted()) return impl.abort_status();
   TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_args(d, rank, size)));
+  TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_memory(impl, d, rank, size, nullptr)));
   return impl.execute(d);
 }
 
@@ -333,6 +402,8 @@ Status Communicator::allgatherv(const void* send, void* recv, std::span<const si
   OpDesc d = desc(OpKind::kAllGatherV, send, recv, total, dtype);
   d.counts.assign(counts.begin(), counts.end());
   d.displs.assign(displs.begin(), displs.end());
+  TSR_RETURN_IF_ERROR(
+      refuse(*impl_, rank(), size(), check_memory(*impl_, d, rank(), size(), nullptr)));
   return impl_->execute(d);
 }
 
@@ -374,6 +445,8 @@ Status Communicator::alltoallv(const void* send, std::span<const size_t> send_co
   d.displs.assign(send_displs.begin(), send_displs.end());
   d.recv_counts.assign(recv_counts.begin(), recv_counts.end());
   d.recv_displs.assign(recv_displs.begin(), recv_displs.end());
+  TSR_RETURN_IF_ERROR(
+      refuse(*impl_, rank(), size(), check_memory(*impl_, d, rank(), size(), nullptr)));
   return impl_->execute(d);
 }
 
@@ -413,6 +486,7 @@ Result<Work> enqueue(CommImpl& impl, int rank, int size, OpDesc d, const hal::St
   TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_args(d, rank, size)));
   TSR_RETURN_IF_ERROR(
       refuse(impl, rank, size, check_stream(std::string(op_name(d.kind)).c_str(), impl, stream)));
+  TSR_RETURN_IF_ERROR(refuse(impl, rank, size, check_memory(impl, d, rank, size, &stream)));
   return impl.enqueue(std::move(d), stream);
 }
 

@@ -77,13 +77,14 @@ std::string FlightRecorder::dump(int rank) const {
     char line[512];
     std::snprintf(
         line, sizeof line,
-        "rank %d seq %llu %s %s x %llu peer %d algo %s step %u %s queued %s started %s "
+        "rank %d seq %llu %s %s x %llu peer %d algo %s route %s step %u %s queued %s started %s "
         "finished %s%s%s\n",
         rank, static_cast<unsigned long long>(e.seq), std::string(op_name(e.op)).c_str(),
         std::string(hal::dtype_name(e.dtype)).c_str(), static_cast<unsigned long long>(e.count),
-        e.peer, e.algorithm.empty() ? "-" : std::string(e.algorithm).c_str(), e.step,
-        state_name(e.state), clock_text(e.queued).c_str(), clock_text(e.started).c_str(),
-        clock_text(e.finished).c_str(), e.error.empty() ? "" : " error: ", e.error.c_str());
+        e.peer, e.algorithm.empty() ? "-" : std::string(e.algorithm).c_str(),
+        e.route.empty() ? "-" : std::string(e.route).c_str(), e.step, state_name(e.state),
+        clock_text(e.queued).c_str(), clock_text(e.started).c_str(), clock_text(e.finished).c_str(),
+        e.error.empty() ? "" : " error: ", e.error.c_str());
     out += line;
   }
   return out;

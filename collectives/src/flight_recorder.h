@@ -1,5 +1,6 @@
 // The last operations of one rank, kept in a ring so that a hang or a failure can be diagnosed
-// after the fact: sequence number, operation, dtype, count, peer/root, algorithm, state and times.
+// after the fact: sequence number, operation, dtype, count, peer/root, algorithm, route, state
+// and times.
 // Dumped into the log on a timeout or failure, and on request (Communicator::flight_record).
 #pragma once
 
@@ -24,6 +25,7 @@ class FlightRecorder {
     uint64_t count = 0;
     int peer = -1;               // root or peer, -1 when none
     std::string_view algorithm;  // static names from the tuner
+    std::string_view route;      // "host", "staged", "native" (static)
     State state = State::kQueued;
     uint32_t step = 0;  // the step reached, updated on failure
     std::chrono::system_clock::time_point queued, started, finished;

@@ -189,13 +189,14 @@ TEST(Communicator, OnAStream) {
   expect_all_ok(
       run_ranks(2,
                 [](int rank, int n) {
-                  auto comm = child_communicator(rank, n);
-                  if (!comm) return 2;
                   auto platform = hal::Platform::create();
                   CHILD_CHECK(platform.ok(), "platform");
                   auto devices = platform.value()->devices("host");
                   CHILD_CHECK(!devices.empty(), "host device");
                   const hal::Device& dev = devices[0];
+                  // With its device: on a discrete device its memory is staged through it.
+                  auto comm = child_communicator(rank, n, {}, &dev);
+                  if (!comm) return 2;
                   auto stream = dev.create_stream();
                   CHILD_CHECK(stream.ok(), "stream");
                   auto buf = dev.allocate(4096 * sizeof(float));

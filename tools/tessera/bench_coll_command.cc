@@ -1,13 +1,16 @@
 // `tessera bench coll`: nccl-tests-compatible collective benchmark over the ranks of a job started
 // by `tessera launch`, mpirun or srun (the communicator comes from Bootstrap::from_environment).
 // Flags as nccl-tests (-b -e -f -i -n -w -c -a --root), plus -o for the operation, -d for the
-// type, -r for the reduction, --json. Rank 0 prints; every rank prints its own errors. Exit status:
-// 0 ok, 1 a failed operation or wrong results, 2 bad options.
+// type, -r for the reduction, --json. Buffers are device memory by default, as nccl-tests (-G 0 or
+// --memory host for host memory); the header says which memory and which route the communicator
+// takes for it. Rank 0 prints; every rank prints its own errors. Exit status: 0 ok, 1 a failed
+// operation or wrong results, 2 bad options.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bench_coll/bench.h"
@@ -16,6 +19,7 @@
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
 #include "tessera/common/env.h"
+#include "tessera/hal/platform.h"
 
 namespace tessera::tools {
 namespace {
@@ -38,6 +42,9 @@ struct CliOptions {
   bool json = false;
   std::string algorithms;
   std::string transport;
+  int device_buffers = -1;  // -G: 1 device memory, 0 host memory; -1: not given
+  std::string memory;       // --memory host|device
+  std::string device;       // --device ID; default: see pick_device
 };
 
 [[noreturn]] void fail(int rank, const std::string& message, int code) {
@@ -99,6 +106,45 @@ BenchOptions resolve(const CliOptions& c) {
   return o;
 }
 
+// Device memory unless -G 0 or --memory host (both given must agree).
+bool wants_device_memory(const CliOptions& c) {
+  if (!c.memory.empty() && c.memory != "host" && c.memory != "device") {
+    fail(-1, "--memory '" + c.memory + "': expected host or device", 2);
+  }
+  if (c.device_buffers != -1 && c.device_buffers != 0 && c.device_buffers != 1) {
+    fail(-1, "-G expects 0 (host memory) or 1 (device memory)", 2);
+  }
+  if (!c.memory.empty() && c.device_buffers != -1 &&
+      (c.memory == "device") != (c.device_buffers == 1)) {
+    fail(-1, "-G " + std::to_string(c.device_buffers) + " and --memory " + c.memory + " disagree",
+         2);
+  }
+  if (!c.memory.empty()) return c.memory == "device";
+  return c.device_buffers != 0;
+}
+
+// --device, else the local rank's device of the first backend other than host that has devices
+// (an accelerator), else of the host backend.
+hal::Device pick_device(const hal::Platform& platform, const CliOptions& c, int world_rank,
+                        int local_rank) {
+  if (!c.device.empty()) {
+    auto d = platform.device(c.device);
+    if (!d.ok()) fail(world_rank, "--device " + c.device + ": " + d.status().to_string(), 2);
+    return *d;
+  }
+  const std::vector<hal::Device>& all = platform.devices();
+  std::string backend;
+  for (const hal::Device& d : all) {
+    if (d.backend_name() != "host") {
+      backend = d.backend_name();
+      break;
+    }
+  }
+  std::vector<hal::Device> mine = platform.devices(backend.empty() ? "host" : backend);
+  if (mine.empty()) fail(world_rank, "no device for device memory (use -G 0 for host memory)", 1);
+  return mine[size_t(local_rank) % mine.size()];
+}
+
 bench_coll::RunInfo gather_run_info(coll::Bootstrap& bootstrap, const coll::Communicator& comm) {
   bench_coll::RunInfo info;
   info.nranks = comm.size();
@@ -117,14 +163,25 @@ bench_coll::RunInfo gather_run_info(coll::Bootstrap& bootstrap, const coll::Comm
 }
 
 void run(const CliOptions& c) {
-  const BenchOptions o = resolve(c);
+  BenchOptions o = resolve(c);
+  const bool device_memory = wants_device_memory(c);
   auto bootstrap = coll::Bootstrap::from_environment();
   if (!bootstrap.ok()) fail(-1, bootstrap.status().to_string(), 1);
   const int world_rank = (*bootstrap)->info().rank;
   coll::CommOptions comm_options;
   comm_options.algorithms = c.algorithms;
   comm_options.transport = c.transport;
-  auto comm_result = coll::Communicator::create(*bootstrap, comm_options);
+  std::shared_ptr<hal::Platform> platform;
+  std::optional<hal::Device> device;
+  if (device_memory) {
+    auto created = hal::Platform::create();
+    if (!created.ok()) fail(world_rank, created.status().to_string(), 1);
+    platform = *created;
+    device.emplace(pick_device(*platform, c, world_rank, (*bootstrap)->info().local_rank));
+    o.device = &*device;
+  }
+  auto comm_result = device ? coll::Communicator::create(*bootstrap, *device, comm_options)
+                            : coll::Communicator::create(*bootstrap, comm_options);
   if (!comm_result.ok()) fail(world_rank, comm_result.status().to_string(), 1);
   coll::Communicator& comm = **comm_result;
   const int rank = comm.rank();
@@ -137,7 +194,12 @@ void run(const CliOptions& c) {
   if (o.op == bench_coll::BenchOp::kSendRecv && comm.size() < 2) {
     fail(rank, "sendrecv needs at least 2 ranks", 2);
   }
-  const bench_coll::RunInfo info = gather_run_info(**bootstrap, comm);
+  bench_coll::RunInfo info = gather_run_info(**bootstrap, comm);
+  if (device) {
+    info.memory = "device " + device->id() +
+                  (device->has(TSR_CAP_HOST_ACCESSIBLE) ? "" : " (not addressable by the CPU)");
+  }
+  info.route = std::string(comm.route_for(bench_coll::op_kind(o.op), device.has_value()));
   const bool printer = rank == 0;
   if (printer && !c.json) bench_coll::print_header(stdout, o, info);
   auto rows = bench_coll::run_sweep(comm, o, [&](const bench_coll::Row& row) {
@@ -196,6 +258,12 @@ void add_bench_coll_command(CLI::App& app) {
   cmd->add_option("--algo", c->algorithms,
                   "Force algorithms, e.g. allreduce:ring (default TESSERA_COLL_ALGO)");
   cmd->add_option("--transport", c->transport, "auto|shm|ucx (default TESSERA_COLL_TRANSPORT)");
+  cmd->add_option("-G,--device-buffers", c->device_buffers,
+                  "1: device memory (the default, as nccl-tests), 0: host memory");
+  cmd->add_option("--memory", c->memory, "device (the default) or host: where the buffers are");
+  cmd->add_option("--device", c->device,
+                  "Device for device memory, e.g. host:0 or cuda:1 (default: the local rank's "
+                  "device of the first accelerator backend, else of host)");
   cmd->callback([c] { run(*c); });
 }
 

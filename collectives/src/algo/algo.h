@@ -27,6 +27,9 @@ struct OpDesc {
   int root = 0;                                  // reduce, broadcast; send/recv: the peer
   std::vector<size_t> counts, displs;            // allgatherv (elements), alltoallv send side
   std::vector<size_t> recv_counts, recv_displs;  // alltoallv receive side
+  // The buffers are device memory of the communicator's device (set by the argument checks,
+  // memory_kind.h); the route (host, staged, native) follows from it.
+  bool device_memory = false;
 
   // Operations whose `op` means something (checked, and carried in the wire header).
   bool reduces() const {

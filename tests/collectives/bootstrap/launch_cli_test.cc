@@ -62,12 +62,19 @@ TEST(LaunchCli, GivesEachRankTheTorchrunStyleEnvironment) {
 }
 
 TEST(LaunchCli, DevicesPerRankGivesEachRankItsSlice) {
-  const CliRun r = launch(
+  const CliRun r = tessera::testing::run_cli(
+      "TESSERA_HOST_DEVICES=1 " + std::string(TESSERA_BIN), "launch",
       "-n 2 --devices-per-rank 2 -- sh -c "
       "'echo $TESSERA_HOST_DEVICES $CUDA_VISIBLE_DEVICES $HIP_VISIBLE_DEVICES $ZE_AFFINITY_MASK'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "[rank 0] 2 0,1 0,1 0,1\n")) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 1] 2 2,3 2,3 2,3\n")) << r.out;
+  // The discrete mode of the parent's host devices stays (only the count is per rank).
+  const CliRun discrete = tessera::testing::run_cli(
+      "TESSERA_HOST_DEVICES=4:discrete " + std::string(TESSERA_BIN), "launch",
+      "-n 2 --devices-per-rank 2 -- sh -c 'echo $TESSERA_HOST_DEVICES'");
+  ASSERT_EQ(discrete.code, 0) << discrete.err;
+  EXPECT_TRUE(has(discrete.out, "[rank 1] 2:discrete\n")) << discrete.out;
   const CliRun sliced = tessera::testing::run_cli(
       "CUDA_VISIBLE_DEVICES=4,5,6,7 " + std::string(TESSERA_BIN), "launch",
       "-n 2 --devices-per-rank 2 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'");

@@ -59,6 +59,34 @@ TEST(BenchColl, BadOptionsExitTwoWithOneLine) {
   r = run_cli(TESSERA_BIN, "bench", "coll -b 1X");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("-b '1X'"), std::string::npos) << r.err;
+  r = run_cli(TESSERA_BIN, "bench", "coll --memory gpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--memory 'gpu': expected host or device"), std::string::npos) << r.err;
+  r = run_cli(TESSERA_BIN, "bench", "coll -G 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-G expects 0"), std::string::npos) << r.err;
+  r = run_cli(TESSERA_BIN, "bench", "coll -G 0 --memory device");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-G 0 and --memory device disagree"), std::string::npos) << r.err;
+}
+
+// Device memory by default, as nccl-tests; the header and the JSON say which memory and which
+// route. On discrete host devices (the CPU cannot touch them) the route is staged.
+TEST(BenchColl, DeviceMemoryByDefaultAndTheHeaderNamesMemoryAndRoute) {
+  auto r = run_cli("TESSERA_HOST_DEVICES=1:discrete TESSERA_COLL_DEVICE_PATH=staged " TESSERA_BIN,
+                   "launch", launched(2, "-b 1M -e 1M -n 2 -w 1"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("memory: device host:0 (not addressable by the CPU) route: staged"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  r = run_cli(TESSERA_BIN, "launch", launched(2, "-G 0 -b 1K -e 1K -n 2 -w 1 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["memory"], "host");
+  EXPECT_EQ(j["route"], "host");
+  EXPECT_EQ(j["wrong"], 0);
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ class Buffer {
         offset_(kGuardBytes + misalign),
         bytes_(bytes) {}
   unsigned char* data() { return storage_.data() + offset_; }
+  // The whole storage, guard bytes included (mirrored to device memory for device cases).
+  std::vector<unsigned char>& storage() { return storage_; }
   // Guard bytes (outside the data) that no longer hold the guard pattern.
   int64_t damaged_guards() const {
     int64_t damaged = 0;
@@ -269,6 +271,41 @@ Status call_on_stream(Communicator& comm, const hal::Stream& s, const Case& c, C
   return work->wait(std::chrono::milliseconds(120000));
 }
 
+// A device copy of a Buffer's whole storage (guards included), so a device case checks the same
+// bytes a host case does once they are copied back. The CPU never touches the device pointer.
+class DeviceMirror {
+ public:
+  static Result<DeviceMirror> upload(const hal::Device& device, const hal::Stream& stream,
+                                     Buffer& host) {
+    DeviceMirror m;
+    m.host_ = &host;
+    const size_t bytes = host.storage().size();
+    TSR_ASSIGN_OR_RETURN(m.memory_, device.allocate(bytes));
+    TSR_ASSIGN_OR_RETURN(m.pinned_, device.allocate_host(bytes));
+    std::memcpy(m.pinned_.data(), host.storage().data(), bytes);
+    TSR_RETURN_IF_ERROR(stream.copy(m.memory_.data(), m.pinned_.data(), bytes));
+    TSR_RETURN_IF_ERROR(stream.synchronize());
+    return m;
+  }
+  // The device address of `host_ptr`, a pointer into the host buffer.
+  void* at(const void* host_ptr) const {
+    return static_cast<char*>(memory_.data()) +
+           (static_cast<const unsigned char*>(host_ptr) - host_->storage().data());
+  }
+  Status download(const hal::Stream& stream) {
+    const size_t bytes = host_->storage().size();
+    TSR_RETURN_IF_ERROR(stream.copy(pinned_.data(), memory_.data(), bytes));
+    TSR_RETURN_IF_ERROR(stream.synchronize());
+    std::memcpy(host_->storage().data(), pinned_.data(), bytes);
+    return Status();
+  }
+
+ private:
+  Buffer* host_ = nullptr;
+  hal::DeviceBuffer memory_;
+  hal::HostBuffer pinned_;
+};
+
 std::string value_text(const void* base, size_t i, DType dtype) {
   char text[64];
   std::snprintf(text, sizeof text, "%.9g", values::load(base, i, dtype));
@@ -289,6 +326,7 @@ std::string describe(const Case& c, int nranks) {
   out += c.in_place ? ", in place" : ", out of place";
   if (c.unaligned) out += c.in_place ? ", unaligned (+1 B)" : ", unaligned (send +1 B, recv +3 B)";
   if (c.on_stream) out += ", on a stream";
+  if (c.device) out += ", device memory";
   return out;
 }
 
@@ -351,6 +389,50 @@ std::vector<Case> all_cases(int nranks) {
     barrier.op = OpKind::kBarrier;
     cases.push_back(barrier);
   }
+  // Device memory: every operation, counts around the staged route's chunk boundaries, both
+  // placements; bf16 with every reduction at the small sizes.
+  const size_t chunk = kStageChunkBytes / sizeof(float);
+  for (size_t count :
+       {size_t(1), size_t(7), size_t(1000), chunk - 1, chunk, chunk + 1, 2 * chunk + 3}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      if (dtype == DType::kBF16 && count > 1000) continue;
+      for (const OpSpec& spec : ops) {
+        const bool reduces = is_reduction(spec.op);
+        for (ReduceOp redop : hal::kAllReduceOps) {
+          if (redop != ReduceOp::kSum && (!reduces || dtype != DType::kBF16)) continue;
+          for (bool in_place : {false, true}) {
+            if (in_place && !spec.in_place) continue;
+            Case c;
+            c.op = spec.op;
+            c.dtype = dtype;
+            c.redop = redop;
+            c.count = count;
+            c.in_place = in_place;
+            c.unaligned = (count == 7 || count == 1000) && (int(spec.op) + (in_place ? 1 : 0)) % 2;
+            c.root = int((count + size_t(spec.op)) % size_t(nranks));
+            c.device = true;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  for (OpKind op : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kAllGather,
+                    OpKind::kReduceScatter, OpKind::kAllToAll}) {
+    for (size_t count : {size_t(1000), chunk + 1}) {
+      for (bool in_place : {false, true}) {
+        Case c;
+        c.op = op;
+        c.dtype = DType::kF32;
+        c.count = count;
+        c.in_place = in_place;
+        c.root = 0;
+        c.on_stream = true;
+        c.device = true;
+        cases.push_back(c);
+      }
+    }
+  }
   for (OpKind op : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kAllGather,
                     OpKind::kReduceScatter, OpKind::kAllToAll}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -369,7 +451,8 @@ std::vector<Case> all_cases(int nranks) {
   return cases;
 }
 
-Outcome run_case(Communicator& comm, const hal::Stream* stream, const Case& c) {
+Outcome run_case(Communicator& comm, const hal::Device* device, const hal::Stream* stream,
+                 const Case& c) {
   Outcome out;
   if (c.op == OpKind::kBarrier) {
     out.status = comm.barrier();
@@ -398,11 +481,43 @@ Outcome run_case(Communicator& comm, const hal::Stream* stream, const Case& c) {
     sent.assign(send_buf.data(), send_buf.data() + p.send_elems * ts);
   }
 
+  std::optional<DeviceMirror> send_dev, recv_dev;
+  if (c.device) {
+    if (device == nullptr || stream == nullptr) {
+      out.status = failed_precondition("a device case needs the device and a stream");
+      return out;
+    }
+    auto uploaded = DeviceMirror::upload(*device, *stream, recv_buf);
+    if (!uploaded.ok()) {
+      out.status = uploaded.status();
+      return out;
+    }
+    recv_dev.emplace(std::move(*uploaded));
+    if (!c.in_place) {
+      uploaded = DeviceMirror::upload(*device, *stream, send_buf);
+      if (!uploaded.ok()) {
+        out.status = uploaded.status();
+        return out;
+      }
+      send_dev.emplace(std::move(*uploaded));
+    }
+    const DeviceMirror& s = c.in_place ? *recv_dev : *send_dev;
+    call.send = s.at(call.send);
+    call.recv = recv_dev->at(call.recv);
+  }
+
   const auto start = std::chrono::steady_clock::now();
   out.status =
       c.on_stream ? call_on_stream(comm, *stream, c, call) : call_blocking(comm, c, p, call);
   out.op_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!out.status.ok()) return out;
+  if (c.device) {
+    // Back to host memory: the checks below read the host copies (guards included).
+    out.status = recv_dev->download(*stream);
+    if (out.status.ok() && send_dev) out.status = send_dev->download(*stream);
+    if (!out.status.ok()) return out;
+    call.recv = recv_buf.data() + (c.in_place ? p.inplace_recv_at * ts : 0);
+  }
 
   auto note = [&](const std::string& line) {
     if (++out.wrong <= kMaxDetails) out.detail += "    " + line + "\n";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/coll/communicator.h"
+#include "tessera/hal/platform.h"
 #include "tessera/hal/stream.h"
 
 namespace tessera::coll::testing {
@@ -24,7 +25,14 @@ struct Case {
   bool unaligned = false;  // send at +1 byte, receive at +3 bytes from an aligned address
   int root = 0;
   bool on_stream = false;  // the stream API with Work::wait instead of the blocking one
+  // Buffers in device memory of the communicator's device (filled and read back with stream
+  // copies through pinned memory; on a discrete device the staged route moves them).
+  bool device = false;
 };
+
+// The staged route's chunk size the rank uses (CommOptions::stage_chunk_bytes): the device cases
+// include counts at and around multiples of it.
+inline constexpr size_t kStageChunkBytes = 64 << 10;
 
 // "allgatherv bf16 x 1000, 4 ranks, in place, unaligned"
 std::string describe(const Case& c, int nranks);
@@ -39,7 +47,9 @@ struct Outcome {
   double op_seconds = 0;  // time inside the operation itself
 };
 
-// Runs `c` on this rank and checks the result. `stream` is needed for on_stream cases.
-Outcome run_case(Communicator& comm, const hal::Stream* stream, const Case& c);
+// Runs `c` on this rank and checks the result. `stream` is needed for on_stream and device cases,
+// `device` (the communicator's) for device cases.
+Outcome run_case(Communicator& comm, const hal::Device* device, const hal::Stream* stream,
+                 const Case& c);
 
 }  // namespace tessera::coll::testing

@@ -29,6 +29,7 @@ constexpr int kMaxFailedCases = 8;
 struct Context {
   std::shared_ptr<hal::Platform> platform;
   std::shared_ptr<Communicator> comm;
+  std::optional<hal::Device> device;
   std::optional<hal::Stream> stream;
 };
 
@@ -39,7 +40,10 @@ Result<Context> setup(const RankArgs& args) {
   TSR_ASSIGN_OR_RETURN(ctx.platform, hal::Platform::create(options));
   TSR_ASSIGN_OR_RETURN(hal::Device device, ctx.platform->device("host", 0));
   TSR_ASSIGN_OR_RETURN(auto bootstrap, connect_rank(args));
-  TSR_ASSIGN_OR_RETURN(ctx.comm, Communicator::create(bootstrap, device));
+  CommOptions comm_options;
+  comm_options.stage_chunk_bytes = kStageChunkBytes;
+  TSR_ASSIGN_OR_RETURN(ctx.comm, Communicator::create(bootstrap, device, comm_options));
+  ctx.device.emplace(device);
   TSR_ASSIGN_OR_RETURN(hal::Stream stream, device.create_stream());
   ctx.stream.emplace(std::move(stream));
   return ctx;
@@ -55,7 +59,7 @@ int run_all(Context& ctx) {
   size_t run = 0;
   double op_seconds = 0;
   for (const Case& c : cases) {
-    Outcome out = run_case(comm, &*ctx.stream, c);
+    Outcome out = run_case(comm, &*ctx.device, &*ctx.stream, c);
     ++run;
     op_seconds += out.op_seconds;
     if (!out.status.ok()) {

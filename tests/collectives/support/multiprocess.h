@@ -18,6 +18,7 @@
 
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
+#include "tessera/hal/platform.h"
 
 // Checks inside a rank function of run_ranks: gtest's assertions do not reach the parent, so a
 // rank prints what failed (rank, file, line) and returns 1, which the parent's exit-code check
@@ -130,7 +131,8 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<int(int, int
 // In a child: the world communicator of rank `rank` of `size`, over the parent's store. Prints
 // the error and returns nullptr on failure.
 inline std::shared_ptr<Communicator> child_communicator(int rank, int size,
-                                                        CommOptions options = {}) {
+                                                        CommOptions options = {},
+                                                        const hal::Device* device = nullptr) {
   LaunchInfo info;
   info.rank = rank;
   info.size = size;
@@ -143,8 +145,9 @@ inline std::shared_ptr<Communicator> child_communicator(int rank, int size,
     std::fprintf(stderr, "rank %d: store: %s\n", rank, store.status().to_string().c_str());
     return nullptr;
   }
-  auto comm = Communicator::create(Bootstrap::from_parts(info, std::move(store.value())),
-                                   std::move(options));
+  auto bootstrap = Bootstrap::from_parts(info, std::move(store.value()));
+  auto comm = device ? Communicator::create(bootstrap, *device, std::move(options))
+                     : Communicator::create(bootstrap, std::move(options));
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
     return nullptr;

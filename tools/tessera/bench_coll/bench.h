@@ -1,6 +1,7 @@
 // The measurement loop of `tessera bench coll`: for each size of the sweep, out of place then in
 // place, warm up, time `iters` back-to-back operations, reduce the per-iteration time over the
 // ranks, and (with checking on) run once more on fresh inputs and count wrong elements.
+// Buffers are host memory or device memory of BenchOptions::device.
 // Collective: every rank of the communicator calls run_sweep with the same options.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "ops.h"
 #include "tessera/coll/communicator.h"
 #include "tessera/common/status.h"
+#include "tessera/hal/platform.h"
 
 namespace tessera::tools::bench_coll {
 
@@ -33,6 +35,10 @@ struct BenchOptions {
   int warmup = 5;
   bool check = true;
   TimeReduction time_reduction = TimeReduction::kMax;
+  // Device memory of this device (the communicator's), as nccl-tests uses GPU buffers; nullptr:
+  // host memory. Inputs are written and results checked in host memory and moved with the
+  // device's copies (never timed).
+  const hal::Device* device = nullptr;
 };
 
 struct Measurement {
@@ -50,6 +56,9 @@ struct Row {
   Measurement out_of_place;
   Measurement in_place;
 };
+
+// The communicator's operation behind a benchmark operation (sendrecv: send).
+coll::OpKind op_kind(BenchOp op);
 
 // The sizes of the sweep, in bytes: min, then * factor (or + step) while <= max.
 std::vector<size_t> sweep_sizes(const BenchOptions& options);

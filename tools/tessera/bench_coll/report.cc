@@ -55,17 +55,19 @@ std::string_view nccl_type_name(hal::DType dtype) {
 void print_header(std::FILE* out, const BenchOptions& o, const RunInfo& info) {
   std::fprintf(out,
                "# tessera bench coll: %s, nRanks %d nHosts %d launcher %s minBytes %zu maxBytes "
-               "%zu step: %lld(%s) warmup iters: %d iters: %d validation: %d time: %s over ranks\n",
+               "%zu step: %lld(%s) warmup iters: %d iters: %d validation: %d time: %s over ranks "
+               "memory: %s route: %s\n",
                std::string(bench_op_name(o.op)).c_str(), info.nranks, info.nhosts,
                info.launcher.c_str(), o.min_bytes, o.max_bytes,
                static_cast<long long>(o.step_factor > 1 ? o.step_factor
                                                         : static_cast<long long>(o.step_bytes)),
                o.step_factor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check ? 1 : 0,
-               std::string(time_reduction_name(o.time_reduction)).c_str());
+               std::string(time_reduction_name(o.time_reduction)).c_str(), info.memory.c_str(),
+               info.route.c_str());
   std::fprintf(out, "#\n# Using devices\n");
   for (const RankInfo& r : info.ranks) {
-    std::fprintf(out, "#  Rank %2d Pid %7ld on %10s device host memory\n", r.rank, r.pid,
-                 r.host.c_str());
+    std::fprintf(out, "#  Rank %2d Pid %7ld on %10s device %s\n", r.rank, r.pid, r.host.c_str(),
+                 info.memory == "host" ? "host memory" : info.memory.substr(7).c_str());
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %33s  %33s\n", "", "", "", "", "", "out-of-place",
@@ -137,6 +139,8 @@ nlohmann::ordered_json to_json(const BenchOptions& o, const RunInfo& info,
   j["ranks"] = info.nranks;
   j["hosts"] = info.nhosts;
   j["launcher"] = info.launcher;
+  j["memory"] = info.memory;
+  j["route"] = info.route;
   j["warmup"] = o.warmup;
   j["iters"] = o.iters;
   j["check"] = o.check;

@@ -24,6 +24,8 @@ struct RunInfo {
   int nhosts = 1;
   std::string launcher;
   std::vector<RankInfo> ranks;
+  std::string memory = "host";  // "host" or "device <id>[ (...)]": the buffers the operations used
+  std::string route = "host";   // the communicator's route for them: host, staged, native
 };
 
 // nccl-tests' names: "float", "half", "bfloat16", "double", "int32", "int64", "uint8".

@@ -47,7 +47,15 @@ Result<std::vector<std::string>> rank_environment(const LaunchOptions& options, 
   std::erase_if(env, [](const std::string& e) { return e.rfind("TESSERA_STORE_PORT=", 0) == 0; });
   const int k = options.devices_per_rank;
   if (k <= 0) return env;
-  set_var(env, "TESSERA_HOST_DEVICES", std::to_string(k));
+  // The count changes; a mode after it ("N:discrete", device memory the CPU cannot touch) is the
+  // job's choice and stays.
+  std::string mode;
+  if (const std::string* entry = find_var(env, "TESSERA_HOST_DEVICES")) {
+    if (const size_t colon = entry->find(':'); colon != std::string::npos) {
+      mode = entry->substr(colon);
+    }
+  }
+  set_var(env, "TESSERA_HOST_DEVICES", std::to_string(k) + mode);
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}) {
     std::vector<std::string> devices;
     if (const std::string* entry = find_var(env, name)) {

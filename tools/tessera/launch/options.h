@@ -25,6 +25,7 @@ struct LaunchOptions {
 // The environment of local rank `rank`: `base` ("NAME=value" entries, the launcher's own) with
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TESSERA_LAUNCHER,
 // TESSERA_STORE_HOSTED, TESSERA_GENERATION and, with devices_per_rank K, TESSERA_HOST_DEVICES=K
+// (K:discrete when the parent's value is discrete)
 // and the rank's K-wide slice of CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and
 // ZE_AFFINITY_MASK: a slice of the list already in `base` when set there, else of 0,1,2,...
 // An error names a device list too short for nprocs * K.

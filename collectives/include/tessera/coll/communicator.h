@@ -5,15 +5,27 @@
 // or count) fails on the rank that sees it with an error naming both ranks, and aborts the
 // communicator everywhere it can reach. A communicator is used by one thread at a time.
 //
-// Memory: buffers must be host-addressable: host memory, pinned memory, or device memory of a
-// backend whose memory the host can address (the host backend). Any element count, any alignment.
+// Memory: host memory (pageable or pinned), or device memory of the communicator's device, even
+// when the CPU cannot address it (a GPU; the host backend's discrete mode). Each call's buffers
+// are classified through the HAL (pointer_attributes): device memory moves through the backend's
+// collective library where it has one (native route) or through the communicator's pinned buffers
+// in a pipeline of chunks (staged route); host memory is read by the CPU (host route). Device
+// memory of another device, host memory under memory=device, device memory the CPU cannot address
+// under memory=host, and a call mixing host and device memory are refused with an error naming
+// the operation, the argument and the device. Blocking calls on device memory expect the device
+// work that produced it to be complete (synchronize it first, or use the stream form). Any element
+// count, any alignment. docs/COLLECTIVES.md, "Memory".
 //
 // Two ways to call each operation:
 //   - blocking: `comm.allreduce(send, recv, n, DType::kF32, ReduceOp::kSum)` runs it now, on the
 //     calling thread, and returns when it is complete;
 //   - on a stream: the same arguments plus a `hal::Stream&`; the operation starts when the work
 //     queued before it on that stream is done, later work on the stream waits for it, and the
-//     returned Work can be waited on with a timeout or turned into an event.
+//     returned Work can be waited on with a timeout or turned into an event. With host signals
+//     (ABI 1.2) the stream waits on a signal the communicator's proxy thread raises, and no backend
+//     thread is held; without them a stream callback holds the stream until the operation is done
+//     (the fallback; on a backend that runs every callback on one thread, two communicators'
+//     stream operations then serialize).
 //
 // Faults: every wait is bounded by the timeout (TESSERA_COLL_TIMEOUT_MS, CommOptions::timeout). A
 // rank that dies is detected (local ranks through pidfds, remote ones through the transport), and
@@ -67,6 +79,17 @@ struct CommOptions {
   // Transport between ranks: "auto" (shared memory inside a host, UCX across), "shm", "ucx".
   // Default: TESSERA_COLL_TRANSPORT, else "auto".
   std::string transport;
+  // Which memory calls pass: "auto" (classify each buffer), "host" (refuse device memory the CPU
+  // cannot address), "device" (refuse host memory). Default: TESSERA_COLL_MEMORY, else "auto".
+  std::string memory;
+  // How device buffers move: "auto" (native when the backend has a collective library, else
+  // staged), "native" (creation fails naming the backend when it has none), "staged" (always
+  // through pinned host buffers, even for memory the CPU could address). Default:
+  // TESSERA_COLL_DEVICE_PATH, else "auto".
+  std::string device_path;
+  // Staged route: bytes per chunk of allreduce/reduce/broadcast (every rank must use the same).
+  // Default: TESSERA_COLL_STAGE_CHUNK, else 4 MiB.
+  size_t stage_chunk_bytes = 0;
 };
 
 class WorkState;  // internal
@@ -163,6 +186,9 @@ class Communicator {
 
   // The algorithm the tuner picks for `op` of `bytes` on this communicator ("ring", "tree", ...).
   std::string_view algorithm_for(OpKind op, size_t bytes) const;
+  // The route `op` takes on device memory of this communicator's device (or on host memory):
+  // "host", "staged" or "native" (docs/COLLECTIVES.md, "Memory").
+  std::string_view route_for(OpKind op, bool device_memory) const;
 
   CommImpl& impl() { return *impl_; }
   // Internal: communicators are made by create(), split() and group().
