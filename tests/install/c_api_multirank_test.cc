@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_support.h"
 #include "support/multiprocess.h"
 #include "tessera.h"
 
@@ -20,22 +21,7 @@ using tessera::coll::testing::run_ranks;
 
 #define RANK_OK(call) CHILD_CHECK((call) == TESSERA_OK, "%s: %s", #call, tessera_last_error())
 
-// The variables `tessera launch` sets (tools/tessera/launch/environment.cc), for the store the
-// parent hosts; then tessera_init_from_env.
-tessera_status join(int rank, int size, tessera_context** ctx, int64_t timeout_ms = 0) {
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(size).c_str(), 1);
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::getenv("TESSERA_TEST_STORE_PORT"), 1);
-  setenv("TESSERA_LAUNCHER", "tessera", 1);
-  setenv("TESSERA_STORE_HOSTED", "1", 1);
-  tessera_init_options options{};
-  options.struct_size = sizeof options;
-  options.timeout_ms = timeout_ms;
-  return tessera_init_from_env(&options, ctx);
-}
+using tessera_c_api_testing::join;
 
 void expect_all_ok(const std::vector<RankResult>& results, int n) {
   ASSERT_EQ(results.size(), size_t(n));

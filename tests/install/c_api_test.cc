@@ -10,19 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include "c_api_support.h"
 #include "tessera.h"
 #include "tessera/checkpoint/layout.h"
 
 namespace {
 
-// Without launcher variables (of an enclosing job) tessera_init_from_env makes a single rank.
-void clear_launcher_env() {
-  for (const char* name :
-       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "TESSERA_LAUNCHER", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
-    unsetenv(name);
-  }
-}
+using tessera_c_api_testing::clear_launcher_env;
+using tessera_c_api_testing::expect_error;
 
 // A single-rank context and a scratch folder.
 class CApi : public ::testing::Test {
@@ -42,15 +37,6 @@ class CApi : public ::testing::Test {
   tessera_context* ctx_ = nullptr;
   std::filesystem::path dir_;
 };
-
-// The call failed with `code` and a message that starts with `function` and mentions `detail`.
-void expect_error(tessera_status got, tessera_status code, const std::string& function,
-                  const std::string& detail) {
-  EXPECT_EQ(got, code) << tessera_status_name(got) << ": " << tessera_last_error();
-  const std::string message = tessera_last_error();
-  EXPECT_EQ(message.rfind(function + ": ", 0), 0u) << message;
-  EXPECT_NE(message.find(detail), std::string::npos) << message;
-}
 
 TEST(CApiBasics, StatusNamesVersionAndDtypeSizes) {
   EXPECT_STREQ(tessera_status_name(TESSERA_OK), "OK");

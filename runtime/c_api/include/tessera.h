@@ -19,9 +19,15 @@
  *    appended) and may be passed as NULL for the defaults.
  *  - Thread-safety: a context and everything made from it is used by one thread at a time (the
  *    trainer's), as with MPI and NCCL communicators. tessera_last_error() is per thread.
- *  - Buffers passed to communication functions are host memory (or memory of a device the host
- *    can address, such as the host backend's), any alignment. Every rank must make the same
- *    collective calls in the same order.
+ *  - Memory: buffers passed to communication functions and checkpoint tensors may be host memory
+ *    or device memory of the context's device (tessera_device_name), any alignment; the caller
+ *    does not say which. The library asks the device's backend (its pointer attributes: the
+ *    backend knows every allocation it made) and never dereferences device memory on the CPU:
+ *    collectives move it through the backend's collective library or through pinned staging
+ *    buffers, checkpoints copy it into pinned buffers on a stream. Device memory comes from the
+ *    vendor runtime (cudaMalloc on that device, ...) or from tessera_device_alloc. Memory of
+ *    another device or backend is refused with TESSERA_INVALID_ARGUMENT naming the argument and
+ *    the device. Every rank must make the same collective calls in the same order.
  *
  * The names use the `tessera_` prefix rather than the backend ABI's `tsr_`, so a program may
  * include this header and hal/backend_abi.h together.
@@ -44,7 +50,7 @@ extern "C" {
 
 /* Version of this API: the major changes only when a call or struct changes incompatibly. */
 #define TESSERA_C_API_VERSION_MAJOR 0
-#define TESSERA_C_API_VERSION_MINOR 1
+#define TESSERA_C_API_VERSION_MINOR 2
 
 /* ============================================================================================== */
 /* Status, errors, enums                                                                          */
@@ -155,7 +161,28 @@ TESSERA_API tessera_status tessera_local_size(const tessera_context* ctx, int* o
 TESSERA_API tessera_status tessera_device_name(const tessera_context* ctx, const char** out_name);
 
 /* ============================================================================================== */
-/* Collectives over the world communicator (blocking, on host-addressable buffers)               */
+/* Device memory of the context's device (0.2)                                                    */
+/* ============================================================================================== */
+
+/* For programs without a vendor runtime of their own (and tests): memory of the context's device,
+ * which the CPU may be unable to read (a GPU's, or the host backend's discrete mode), filled and
+ * read with tessera_memcpy.
+ *   bytes   [in] > 0.
+ *   out_ptr [out] the device pointer; tessera_device_free() it before destroying the context.
+ * Returns INVALID_ARGUMENT (bytes 0), RESOURCE_EXHAUSTED (beyond the device's free memory). */
+TESSERA_API tessera_status tessera_device_alloc(tessera_context* ctx, size_t bytes, void** out_ptr);
+/* Frees memory of tessera_device_alloc on this context (waits for copies using it). NULL is a
+ * no-op; any other pointer is INVALID_ARGUMENT. */
+TESSERA_API tessera_status tessera_device_free(tessera_context* ctx, void* ptr);
+/* Copies `bytes` from `src` to `dst`, each host memory or device memory of the context's device
+ * (the direction is told by the backend), and returns when the copy is complete. Returns
+ * INVALID_ARGUMENT for NULL pointers when bytes > 0 and for a range past the end of a device
+ * allocation. */
+TESSERA_API tessera_status tessera_memcpy(tessera_context* ctx, void* dst, const void* src,
+                                          size_t bytes);
+
+/* ============================================================================================== */
+/* Collectives over the world communicator (blocking; host or device memory, see Memory above)    */
 /* ============================================================================================== */
 
 /* Counts are elements of `dtype`. In place: send == recv (allgather: send == recv + rank * count
@@ -289,8 +316,10 @@ typedef void (*tessera_blob_get_fn)(void* user_data, const void** out_data, size
 /* Load-time write of a blob; return TESSERA_OK, or an error that fails the load. */
 typedef tessera_status (*tessera_blob_set_fn)(void* user_data, const void* data, size_t size);
 
-/* A checkpointer whose ranks coordinate through the context's world communicator.
- *   ctx     [in][optional] NULL: a single-rank checkpointer (offline tools, tests).
+/* A checkpointer whose ranks coordinate through the context's world communicator, snapshotting
+ * device tensors through pinned buffers of the context's device.
+ *   ctx     [in][optional] NULL: a single-rank checkpointer of host tensors only (offline tools,
+ *           tests).
  *   out     [out] tessera_checkpoint_destroy() it before the context. */
 TESSERA_API tessera_status tessera_checkpoint_create(tessera_context* ctx,
                                                      const tessera_checkpoint_options* options,
@@ -298,11 +327,16 @@ TESSERA_API tessera_status tessera_checkpoint_create(tessera_context* ctx,
 /* Waits for the save in flight and releases the checkpointer. NULL is a no-op. */
 TESSERA_API tessera_status tessera_checkpoint_destroy(tessera_checkpoint* ckpt);
 
-/* Registers host memory holding this rank's slice of a global tensor of `ndim` dimensions:
- * `shape` is the global shape; slice_offset/slice_len (both NULL: the whole tensor) say which part
- * is at `data`, row-major and contiguous. `replicated`: several ranks hold the same slice (data
- * parallelism); only the lowest writes it. The memory must outlive the checkpointer. Loading
- * reshards from whatever layout the checkpoint was saved under. */
+/* Registers memory holding this rank's slice of a global tensor of `ndim` dimensions: `shape` is
+ * the global shape; slice_offset/slice_len (both NULL: the whole tensor) say which part is at
+ * `data`, row-major and contiguous. `data` is host memory or device memory of the context's device
+ * (told by the backend, see Memory above): device tensors are snapshotted by device-to-host copies
+ * into pinned buffers (save_async blocks until they are done: finish the device work writing them
+ * first) and loaded by host-to-device copies. `replicated`: several ranks hold the same slice
+ * (data parallelism); only the lowest writes it. The memory must outlive the checkpointer. Loading
+ * reshards from whatever layout the checkpoint was saved under. Returns INVALID_ARGUMENT for
+ * memory of another device, or device memory past the end of its allocation (naming the tensor
+ * and the device). */
 TESSERA_API tessera_status tessera_checkpoint_add_tensor(tessera_checkpoint* ckpt, const char* name,
                                                          tessera_dtype dtype, const int64_t* shape,
                                                          int ndim, const int64_t* slice_offset,

@@ -1,5 +1,6 @@
-// The checkpointer (tessera::ckpt::Checkpointer) over host memory, coordinated through the
-// context's world communicator (CommRankGroup) or, without a context, as a single rank.
+// The checkpointer (tessera::ckpt::Checkpointer) over host memory and device memory of the
+// context's device, coordinated through the context's world communicator (CommRankGroup) or,
+// without a context, as a single rank of host tensors.
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ Status create(tessera_context* ctx, const tessera_checkpoint_options* options,
     // Buddies on another host when there are several: a host failure then loses no replica.
     if (ctx->state->world->num_hosts() > 1) o.replica_stride = ctx->state->world->local_size();
     group = std::make_shared<ckpt::CommRankGroup>(ctx->state->world);
+    // Pinned snapshot buffers and copies for device tensors; registration asks this device's
+    // backend what each tensor's memory is.
+    o.device = ctx->state->device;
   } else {
     group = std::make_shared<ckpt::SingleRankGroup>();
   }
@@ -73,8 +77,9 @@ Status add_tensor(tessera_checkpoint* ckpt, const char* name, tessera_dtype dtyp
     slice.offset.assign(slice_offset, slice_offset + ndim);
     slice.len.assign(slice_len, slice_len + ndim);
   }
-  return ckpt->checkpointer->registry().add_host_tensor(name, to_dtype(dtype), std::move(dims),
-                                                        std::move(slice), data, replicated != 0);
+  // Host or device memory, as the device's backend says (no device without a context: host).
+  return ckpt->checkpointer->registry().add_tensor(name, to_dtype(dtype), std::move(dims),
+                                                   std::move(slice), data, replicated != 0);
 }
 
 Status add_blob(tessera_checkpoint* ckpt, const char* name, tessera_blob_get_fn get,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,10 @@ struct ContextState {
   std::string device_name;
   std::shared_ptr<coll::Bootstrap> bootstrap;
   std::shared_ptr<coll::Communicator> world;
+  // tessera_device_alloc's buffers by pointer, and the stream tessera_memcpy copies on (created at
+  // the first copy). Destroyed first, while the device lives.
+  std::map<void*, hal::DeviceBuffer> allocations;
+  std::optional<hal::Stream> copy_stream;
 };
 
 }  // namespace tessera::capi

@@ -75,7 +75,10 @@ std::string shard_key(const std::string& name, const Slice& slice) {
 }
 
 Checkpointer::Checkpointer(CheckpointOptions options, std::shared_ptr<RankGroup> group)
-    : options_(std::move(options)), group_(std::move(group)), impl_(new Impl(this)) {}
+    : options_(std::move(options)), group_(std::move(group)), impl_(new Impl(this)) {
+  // Registration asks this device's backend what each pointer is (state.h).
+  registry_.device_ = options_.device;
+}
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::create(CheckpointOptions options,
                                                            std::shared_ptr<RankGroup> group) {

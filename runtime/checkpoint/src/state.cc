@@ -1,5 +1,6 @@
 #include "tessera/checkpoint/state.h"
 
+#include "memory_check.h"
 #include "utf8.h"
 
 namespace tessera::ckpt {
@@ -86,6 +87,8 @@ Status StateRegistry::add_host_tensor(std::string name, hal::DType dtype,
   if (data == nullptr && slice.elements() > 0) {
     return invalid_argument("tensor '" + name + "': null data");
   }
+  // The snapshot memcpy()s host tensors: device memory the CPU cannot read would fault there.
+  if (device_) TSR_RETURN_IF_ERROR(check_host_memory(*device_, name, data));
   tensors_.push_back(TensorEntry{std::move(name), dtype, std::move(shape), std::move(slice),
                                  replicated, Memory::kHost, data, std::nullopt});
   return Status();
@@ -102,9 +105,48 @@ Status StateRegistry::add_device_tensor(std::string name, hal::DType dtype,
                             std::to_string(buffer.size()) + " bytes holds less than its slice (" +
                             std::to_string(bytes) + " bytes)");
   }
+  if (device_ && buffer && buffer.device() != device_->index()) {
+    return invalid_argument("tensor '" + name + "': the buffer is memory of device " +
+                            std::to_string(buffer.device()) +
+                            ", not of the checkpointer's device " + device_->id());
+  }
+  return add_checked_device_tensor(std::move(name), dtype, std::move(shape), std::move(slice),
+                                   buffer.data(), replicated);
+}
+
+Status StateRegistry::add_device_tensor(std::string name, hal::DType dtype,
+                                        std::vector<int64_t> shape, Slice slice, void* data,
+                                        bool replicated) {
+  TSR_RETURN_IF_ERROR(check_new_name(name));
+  TSR_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  return add_checked_device_tensor(std::move(name), dtype, std::move(shape), std::move(slice), data,
+                                   replicated);
+}
+
+Status StateRegistry::add_checked_device_tensor(std::string name, hal::DType dtype,
+                                                std::vector<int64_t> shape, Slice slice, void* data,
+                                                bool replicated) {
+  if (!device_) {
+    return failed_precondition("tensor '" + name +
+                               "' is in device memory but CheckpointOptions::device is unset");
+  }
+  const size_t bytes = static_cast<size_t>(slice.elements()) * hal::dtype_size(dtype);
+  // Copies of another device's (or backend's) pointer on this device's stream would read the
+  // wrong memory or fault; the backend knows which allocation a pointer belongs to.
+  TSR_RETURN_IF_ERROR(check_device_memory(*device_, name, data, bytes));
   tensors_.push_back(TensorEntry{std::move(name), dtype, std::move(shape), std::move(slice),
-                                 replicated, Memory::kDevice, buffer.data(), std::nullopt});
+                                 replicated, Memory::kDevice, data, std::nullopt});
   return Status();
+}
+
+Status StateRegistry::add_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
+                                 Slice slice, void* data, bool replicated) {
+  if (device_ && is_device_memory(*device_, data)) {
+    return add_device_tensor(std::move(name), dtype, std::move(shape), std::move(slice), data,
+                             replicated);
+  }
+  return add_host_tensor(std::move(name), dtype, std::move(shape), std::move(slice), data,
+                         replicated);
 }
 
 Status StateRegistry::add_blob(BlobEntry blob) {

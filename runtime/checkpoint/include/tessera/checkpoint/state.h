@@ -8,6 +8,13 @@
 // before the first save and do not change it while a save is in flight. The registry does not own
 // the memory it points to; the memory must outlive the Checkpointer. To move to another layout in
 // memory (Checkpointer::reshard_from_memory), clear() the registry and register the new slices.
+//
+// Device memory is never read by the CPU: a device tensor is copied into the Checkpointer's pinned
+// buffers on a stream of its device, and written back with host->device copies. The registry of a
+// Checkpointer created with a device asks that device's backend what each pointer is
+// (pointer_attributes) and refuses, naming the tensor and the device, a device tensor that is not
+// memory of that device (another device, another backend, host memory) and a host tensor that is
+// device memory the CPU cannot read (a discrete device).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +27,7 @@
 #include "tessera/common/status.h"
 #include "tessera/hal/dtype.h"
 #include "tessera/hal/memory.h"
+#include "tessera/hal/platform.h"
 
 namespace tessera::ckpt {
 
@@ -80,11 +88,21 @@ struct BlobEntry {
 class StateRegistry {
  public:
   // Host memory at `data` holding the slice; bytes = slice.elements() * dtype size.
+  // INVALID_ARGUMENT when `data` is device memory the CPU cannot read (use add_device_tensor).
   Status add_host_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
                          Slice slice, void* data, bool replicated = false);
-  // Device memory of the Checkpointer's device (CheckpointOptions::device).
+  // Device memory of the Checkpointer's device (CheckpointOptions::device): `buffer` of that
+  // device, or `data` inside one of its allocations, holding the slice from `data` on.
+  // INVALID_ARGUMENT naming the tensor and the device when the memory is not that device's (or runs
+  // past the end of its allocation); FAILED_PRECONDITION when the Checkpointer has no device.
   Status add_device_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
                            Slice slice, const hal::DeviceBuffer& buffer, bool replicated = false);
+  Status add_device_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
+                           Slice slice, void* data, bool replicated = false);
+  // Either: a device tensor when the device's backend says `data` is its device memory, else a
+  // host tensor (the C API's tessera_checkpoint_add_tensor). Without a device, a host tensor.
+  Status add_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape, Slice slice,
+                    void* data, bool replicated = false);
   Status add_blob(BlobEntry blob);
   // A blob backed by a string the caller owns (read at snapshot, assigned on load).
   Status add_blob(std::string name, std::string* value, bool replicated = false);
@@ -105,9 +123,13 @@ class StateRegistry {
   size_t total_tensor_bytes() const;
 
  private:
+  friend class Checkpointer;  // binds its device at creation
   Status check_new_name(std::string_view name) const;
+  Status add_checked_device_tensor(std::string name, hal::DType dtype, std::vector<int64_t> shape,
+                                   Slice slice, void* data, bool replicated);
   std::vector<TensorEntry> tensors_;
   std::vector<BlobEntry> blobs_;
+  std::optional<hal::Device> device_;  // the Checkpointer's: what pointers are checked against
 };
 
 }  // namespace tessera::ckpt
