@@ -3,8 +3,8 @@
 #   host      host memory, plain host devices (the reference),
 #   staged    device memory of discrete host devices (TESSERA_HOST_DEVICES=1:discrete: the CPU
 #             cannot touch it), moved through the communicator's pinned buffers (the staged route),
-#   native    the same device memory through the backend's collective library
-#             (TESSERA_COLL_DEVICE_PATH=native; skipped with a note while the backend has none).
+#   native    the same device memory through the backend's collective library: the host
+#             backend's reference CCL (TESSERA_HOST_CCL=1, TESSERA_COLL_DEVICE_PATH=native).
 # Each configuration runs ROUNDS times (interleaved, so drift hits all alike); the script prints
 # every run's busbw and the median per configuration, then staged/host.
 #
@@ -35,7 +35,7 @@ configs=(host staged native)
 for ((i = 1; i <= rounds; i++)); do
   results[host]+=" $(run TESSERA_HOST_DEVICES=1 -- -G 0)"
   results[staged]+=" $(run TESSERA_HOST_DEVICES=1:discrete TESSERA_COLL_DEVICE_PATH=staged -- -G 1)"
-  results[native]+=" $(run TESSERA_HOST_DEVICES=1:discrete TESSERA_COLL_DEVICE_PATH=native -- -G 1)"
+  results[native]+=" $(run TESSERA_HOST_DEVICES=1:discrete TESSERA_HOST_CCL=1 TESSERA_COLL_DEVICE_PATH=native -- -G 1)"
 done
 
 median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END {
@@ -49,4 +49,8 @@ h=$(echo "${results[host]}" | median)
 s=$(echo "${results[staged]}" | median)
 if [ "$h" != "n/a" ] && [ "$s" != "n/a" ]; then
   awk -v h="$h" -v s="$s" 'BEGIN { printf "staged / host = %.0f%%\n", 100 * s / h }'
+fi
+nat=$(echo "${results[native]}" | median)
+if [ "$h" != "n/a" ] && [ "$nat" != "n/a" ]; then
+  awk -v h="$h" -v s="$nat" 'BEGIN { printf "native / host = %.0f%%\n", 100 * s / h }'
 fi

@@ -426,10 +426,9 @@ tsr_status comm_get_async_error(tsr_comm handle) {
     std::string why;
     tsr_status status = comm->error(&why);
     if (status == TSR_OK) status = comm->segment->aborted(&why);
-    if (status == TSR_OK) {
-      status = comm->segment->check_peers(&why);
-      if (status != TSR_OK) comm->segment->post_abort(status, why);  // fail the others now
-    }
+    // No check of the peers' processes here: a peer that exited after its last operation is no
+    // failure (the communicator's users poll this while their own part of that operation still
+    // runs). A death during an operation fails that operation's waits, which record it here.
     if (status == TSR_OK) return TSR_OK;
     return fail(status, "%s: rank %d of %d: %s", kLibrary, comm->rank, comm->nranks, why.c_str());
   });

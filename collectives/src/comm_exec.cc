@@ -110,8 +110,9 @@ MemoryTarget CommImpl::memory_target(const hal::Stream* stream) const {
 DeviceRoute CommImpl::route_for(const OpDesc& d) const {
   if (!d.device_memory || !device_) return DeviceRoute::kHost;
   if (device_path_ == DevicePath::kStaged) return DeviceRoute::kStaged;
-  // The native route (the backend's tsr_collectives_api_v1) is chosen here once it exists: when
-  // the backend has a usable collectives table and the operation has a native form.
+  // The backend's collective library (native_route.h) when this group took it at creation and
+  // the operation has a native form; the others are staged.
+  if (native_ && native_->has(d.kind)) return DeviceRoute::kNative;
   if (device_->has(TSR_CAP_HOST_ACCESSIBLE)) return DeviceRoute::kHost;
   return DeviceRoute::kStaged;
 }
@@ -132,7 +133,9 @@ Status CommImpl::execute_now(const OpDesc& d) {
                                    : std::string());
   }
   Status status;
-  if (route == DeviceRoute::kStaged) {
+  if (route == DeviceRoute::kNative) {
+    status = native_->run(d);  // fails (and aborts) with its own context
+  } else if (route == DeviceRoute::kStaged) {
     status = run_staged(d);
   } else if (chunk_all_ && chunked_op(d.kind)) {
     // The same chunk operations a staging rank runs (staged.h): host memory on a staging

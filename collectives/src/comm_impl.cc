@@ -337,6 +337,8 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
     if (calls == 0) TSR_RETURN_IF_ERROR(args.exchange("").status());
     TSR_RETURN_IF_ERROR(barrier(ucx_status, "UCX transport"));
   }
+  // The native route: collective over every participant, members or not.
+  TSR_RETURN_IF_ERROR(init_native(args, members, my_index, member));
   if (!member) return Status();
 
   // Liveness of local peers (a pidfd, or /proc where the kernel has none).
@@ -421,6 +423,7 @@ void CommImpl::abort(const std::string& reason) {
     aborted_.store(true, std::memory_order_release);
   }
   if (shm_) shm_->post_abort(rank_, reason);
+  if (native_) native_->abort();  // releases the library's pending operations
   if (local_) local_->abort(reason);
   if (cross_) cross_->abort(reason);
   queue_cv_.notify_all();

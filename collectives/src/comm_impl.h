@@ -19,6 +19,7 @@
 #include "algo/algo.h"
 #include "flight_recorder.h"
 #include "memory_kind.h"
+#include "native_route.h"
 #include "peer_liveness.h"
 #include "staged.h"
 #include "tessera/coll/communicator.h"
@@ -113,6 +114,9 @@ class CommImpl {
  private:
   CommImpl() = default;
   Status setup(const CreateArgs& args, const std::vector<std::string>& cards, int my_index);
+  // The native route's part of the creation (native_route.cc): collective over the participants.
+  Status init_native(const CreateArgs& args, const std::vector<int>& members, int my_index,
+                     bool member);
   // Under exec_mutex_: the route, chunking, the staged pipeline, then run_algorithm per piece.
   Status execute_now(const OpDesc& d);
   // One operation on host-addressable buffers: sequence number, tuner, algorithm, recorder.
@@ -209,6 +213,9 @@ class CommImpl {
   bool stopping_ = false;
   std::thread proxy_;
   std::mutex exec_mutex_;  // one operation at a time (proxy vs. blocking callers)
+  // The native route (native_route.h), when this group takes it. Last: destroyed first, while
+  // everything its hooks reach is still alive.
+  std::unique_ptr<NativeComm> native_;
 };
 
 }  // namespace tessera::coll

@@ -14,6 +14,8 @@ namespace tessera::coll {
 
 Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
   if (aborted()) return abort_status();
+  // The native route enqueues on the caller's stream itself: no proxy, no host signal.
+  if (route_for(d) == DeviceRoute::kNative) return native_->enqueue(d, stream);
   if (!stream_callbacks_ && hal::HostSignal::supported(*stream.backend())) {
     return enqueue_signalled(std::move(d), stream);
   }

@@ -100,19 +100,13 @@ Status check_device_options(const CommOptions& options, const std::optional<hal:
           "Communicator::create: device path native (TESSERA_COLL_DEVICE_PATH) needs the "
           "communicator's device: use create(bootstrap, device, options)");
     }
-    if (device->backend()->api().collectives == nullptr) {
+    // The library must be there and on for this device (the host backend's reference CCL is off
+    // unless enabled); native_route.h says what runs where.
+    if (std::string why = native_unavailable_reason(*device); !why.empty()) {
       return failed_precondition(
-          "Communicator::create: device path native "
-          "(TESSERA_COLL_DEVICE_PATH) on " +
-          device->id() + ": backend " + device->backend_name() +
-          " has no native collective library (no tsr_collectives_api_v1 "
-          "table); use auto or staged");
+          "Communicator::create: device path native (TESSERA_COLL_DEVICE_PATH) on " + device->id() +
+          ": " + why + "; use auto or staged");
     }
-    // The native route itself is not wired yet (memory_kind.h, DeviceRoute::kNative).
-    return unimplemented("Communicator::create: device path native on " + device->id() +
-                         ": backend " + device->backend_name() +
-                         " has a collective library, but the communicator does not drive it "
-                         "yet; use auto or staged");
   }
   return Status();
 }
