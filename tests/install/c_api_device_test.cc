@@ -41,17 +41,12 @@ class CApiDevice : public ::testing::Test {
   }
   // `bytes` of device memory holding `init`.
   void* device_copy_of(const void* init, size_t bytes) {
-    void* ptr = nullptr;
-    EXPECT_EQ(tessera_device_alloc(ctx_, bytes, &ptr), TESSERA_OK) << tessera_last_error();
-    EXPECT_EQ(tessera_memcpy(ctx_, ptr, init, bytes), TESSERA_OK) << tessera_last_error();
-    return ptr;
+    const auto* first = static_cast<const uint8_t*>(init);
+    return tessera_c_api_testing::device_copy_of(ctx_, std::vector<uint8_t>(first, first + bytes));
   }
   template <typename T>
   std::vector<T> read(const void* device, size_t count) {
-    std::vector<T> out(count);
-    EXPECT_EQ(tessera_memcpy(ctx_, out.data(), device, count * sizeof(T)), TESSERA_OK)
-        << tessera_last_error();
-    return out;
+    return tessera_c_api_testing::read_device<T>(ctx_, device, count);
   }
   tessera_context* ctx_ = nullptr;
   std::filesystem::path dir_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -69,47 +70,53 @@ TEST(CApiTwoRanks, CollectivesGiveEveryRankTheRightResult) {
       2);
 }
 
+// The gradients live in device memory (host memory is refused on the discrete test device):
+// each step writes them with tessera_memcpy, as backward's kernels would, and reads the sums back.
 TEST(CApiTwoRanks, GradSyncAveragesAcrossRanks) {
-  expect_all_ok(run_ranks(2,
-                          [](int rank, int size) {
-                            tessera_context* ctx = nullptr;
-                            RANK_OK(join(rank, size, &ctx));
-                            tessera_grad_sync_options options{};
-                            options.struct_size = sizeof options;
-                            options.reduce = TESSERA_SUM;
-                            options.bucket_bytes = 4096;  // several buckets
-                            tessera_grad_sync* sync = nullptr;
-                            RANK_OK(tessera_grad_sync_create(ctx, &options, &sync));
-                            std::vector<std::vector<float>> grads(4, std::vector<float>(3000));
-                            for (int p = 0; p < 4; ++p) {
-                              const std::string name = "layer" + std::to_string(p);
-                              RANK_OK(tessera_grad_sync_add_parameter(sync, name.c_str(), nullptr,
-                                                                      grads[size_t(p)].data(), 3000,
-                                                                      TESSERA_F32, nullptr));
-                            }
-                            for (int step = 0; step < 3; ++step) {
-                              for (int p = 3; p >= 0; --p) {
-                                for (float& g : grads[size_t(p)])
-                                  g = float(rank + 1) * float(p + step);
-                                RANK_OK(tessera_grad_sync_mark_ready(sync, p));
-                              }
-                              tessera_step_stats stats{};
-                              stats.struct_size = sizeof stats;
-                              RANK_OK(tessera_grad_sync_finish(sync, &stats));
-                              CHILD_CHECK(stats.buckets >= 2, "%zu buckets", stats.buckets);
-                              for (int p = 0; p < 4; ++p) {
-                                const float want = 3.f * float(p + step);  // (1 + 2) x (p + step)
-                                CHILD_CHECK(
-                                    grads[size_t(p)][0] == want && grads[size_t(p)][2999] == want,
-                                    "step %d param %d: %g, want %g", step, p, grads[size_t(p)][0],
-                                    want);
-                              }
-                            }
-                            RANK_OK(tessera_grad_sync_destroy(sync));
-                            RANK_OK(tessera_context_destroy(ctx));
-                            return 0;
-                          }),
-                2);
+  expect_all_ok(
+      run_ranks(
+          2,
+          [](int rank, int size) {
+            tessera_context* ctx = nullptr;
+            RANK_OK(join(rank, size, &ctx));
+            tessera_grad_sync_options options{};
+            options.struct_size = sizeof options;
+            options.reduce = TESSERA_SUM;
+            options.bucket_bytes = 4096;  // several buckets
+            tessera_grad_sync* sync = nullptr;
+            RANK_OK(tessera_grad_sync_create(ctx, &options, &sync));
+            constexpr size_t kCount = 3000;
+            std::vector<void*> grads(4, nullptr);
+            for (int p = 0; p < 4; ++p) {
+              RANK_OK(tessera_device_alloc(ctx, kCount * sizeof(float), &grads[size_t(p)]));
+              const std::string name = "layer" + std::to_string(p);
+              RANK_OK(tessera_grad_sync_add_parameter(sync, name.c_str(), nullptr, grads[size_t(p)],
+                                                      kCount, TESSERA_F32, nullptr));
+            }
+            std::vector<float> host(kCount);
+            for (int step = 0; step < 3; ++step) {
+              for (int p = 3; p >= 0; --p) {
+                std::fill(host.begin(), host.end(), float(rank + 1) * float(p + step));
+                RANK_OK(tessera_memcpy(ctx, grads[size_t(p)], host.data(), kCount * sizeof(float)));
+                RANK_OK(tessera_grad_sync_mark_ready(sync, p));
+              }
+              tessera_step_stats stats{};
+              stats.struct_size = sizeof stats;
+              RANK_OK(tessera_grad_sync_finish(sync, &stats));
+              CHILD_CHECK(stats.buckets >= 2, "%zu buckets", stats.buckets);
+              for (int p = 0; p < 4; ++p) {
+                RANK_OK(tessera_memcpy(ctx, host.data(), grads[size_t(p)], kCount * sizeof(float)));
+                const float want = 3.f * float(p + step);  // (1 + 2) x (p + step)
+                CHILD_CHECK(host[0] == want && host[kCount - 1] == want,
+                            "step %d param %d: %g, want %g", step, p, host[0], want);
+              }
+            }
+            RANK_OK(tessera_grad_sync_destroy(sync));
+            for (void* grad : grads) RANK_OK(tessera_device_free(ctx, grad));
+            RANK_OK(tessera_context_destroy(ctx));
+            return 0;
+          }),
+      2);
 }
 
 // Each rank holds half of a 2 x 4 tensor (row r). Saved with peer replicas; rank 1 "loses" its

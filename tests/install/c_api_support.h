@@ -1,11 +1,13 @@
-// Test support for the C API suites: the single-rank environment, the error-contract check, and
-// joining a job of forked ranks the way `tessera launch` starts them. Header-only.
+// Test support for the C API suites: the single-rank environment, the error-contract check,
+// device memory filled and read through tessera_memcpy, and joining a job of forked ranks the way
+// `tessera launch` starts them. Header-only.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tessera.h"
 
@@ -27,6 +29,34 @@ inline void expect_error(tessera_status got, tessera_status code, const std::str
   const std::string message = tessera_last_error();
   EXPECT_EQ(message.rfind(function + ": ", 0), 0u) << message;
   EXPECT_NE(message.find(detail), std::string::npos) << message;
+}
+
+// Device memory of `ctx` holding `init` (NULL on failure, which fails the test). The suites run
+// on a discrete host device, where the CPU cannot touch it: tessera_memcpy fills and reads it.
+template <typename T>
+void* device_copy_of(tessera_context* ctx, const std::vector<T>& init) {
+  void* ptr = nullptr;
+  const size_t bytes = init.size() * sizeof(T);
+  EXPECT_EQ(tessera_device_alloc(ctx, bytes, &ptr), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(tessera_memcpy(ctx, ptr, init.data(), bytes), TESSERA_OK) << tessera_last_error();
+  return ptr;
+}
+
+// `count` elements of device memory of `ctx`, copied to the host.
+template <typename T>
+std::vector<T> read_device(tessera_context* ctx, const void* device, size_t count) {
+  std::vector<T> out(count);
+  EXPECT_EQ(tessera_memcpy(ctx, out.data(), device, count * sizeof(T)), TESSERA_OK)
+      << tessera_last_error();
+  return out;
+}
+
+// Whether this process's host devices are discrete (TESSERA_HOST_DEVICES=N:discrete, as under
+// TESSERA_DEVICE_TEST_ENV): device memory the CPU cannot address, and host memory refused where
+// device memory is required.
+inline bool host_devices_are_discrete() {
+  const char* devices = std::getenv("TESSERA_HOST_DEVICES");
+  return devices != nullptr && std::string(devices).find(":discrete") != std::string::npos;
 }
 
 // The variables `tessera launch` sets (tools/tessera/launch/environment.cc), for the store the

@@ -17,7 +17,10 @@
 namespace {
 
 using tessera_c_api_testing::clear_launcher_env;
+using tessera_c_api_testing::device_copy_of;
 using tessera_c_api_testing::expect_error;
+using tessera_c_api_testing::host_devices_are_discrete;
+using tessera_c_api_testing::read_device;
 
 // A single-rank context and a scratch folder.
 class CApi : public ::testing::Test {
@@ -275,8 +278,14 @@ TEST(CApiPlan, BadRequestsNameTheField) {
   EXPECT_EQ(json, nullptr);
 }
 
+// Gradients and parameters in device memory (the overlap engine hands them to the device's stream
+// operations only; on the discrete test device host memory is refused, see the next test).
 TEST_F(CApi, GradSyncAveragesAndRefusesMisuse) {
-  std::vector<float> w(64, 0.f), g(64, 3.f), h(8, 5.f);
+  void* w = device_copy_of(ctx_, std::vector<float>(64, 0.f));
+  void* g = device_copy_of(ctx_, std::vector<float>(64, 3.f));
+  void* h = device_copy_of(ctx_, std::vector<float>(8, 5.f));
+  void* late = device_copy_of(ctx_, std::vector<float>(8, 0.f));
+  ASSERT_TRUE(w != nullptr && g != nullptr && h != nullptr && late != nullptr);
   tessera_grad_sync_options options{};
   options.struct_size = sizeof options;
   options.reduce = TESSERA_MAX;
@@ -285,20 +294,19 @@ TEST_F(CApi, GradSyncAveragesAndRefusesMisuse) {
                "tessera_grad_sync_create", "options->reduce");
   ASSERT_EQ(tessera_grad_sync_create(ctx_, nullptr, &sync), TESSERA_OK) << tessera_last_error();
   int iw = -1, ih = -1;
-  ASSERT_EQ(tessera_grad_sync_add_parameter(sync, "w", w.data(), g.data(), 64, TESSERA_F32, &iw),
-            TESSERA_OK)
+  ASSERT_EQ(tessera_grad_sync_add_parameter(sync, "w", w, g, 64, TESSERA_F32, &iw), TESSERA_OK)
       << tessera_last_error();
-  ASSERT_EQ(tessera_grad_sync_add_parameter(sync, "h", nullptr, h.data(), 8, TESSERA_F32, &ih),
-            TESSERA_OK);
+  ASSERT_EQ(tessera_grad_sync_add_parameter(sync, "h", nullptr, h, 8, TESSERA_F32, &ih), TESSERA_OK)
+      << tessera_last_error();
   EXPECT_EQ(iw, 0);
   EXPECT_EQ(ih, 1);
   expect_error(
       tessera_grad_sync_add_parameter(sync, "x", nullptr, nullptr, 8, TESSERA_F32, nullptr),
       TESSERA_INVALID_ARGUMENT, "tessera_grad_sync_add_parameter", "grad is NULL");
-  expect_error(tessera_grad_sync_add_parameter(sync, "x", nullptr, h.data(), 8,
+  expect_error(tessera_grad_sync_add_parameter(sync, "x", nullptr, h, 8,
                                                static_cast<tessera_dtype>(7), nullptr),
                TESSERA_INVALID_ARGUMENT, "tessera_grad_sync_add_parameter", "dtype 7");
-  EXPECT_NE(tessera_grad_sync_add_parameter(sync, "w", nullptr, h.data(), 8, TESSERA_F32, nullptr),
+  EXPECT_NE(tessera_grad_sync_add_parameter(sync, "w", nullptr, h, 8, TESSERA_F32, nullptr),
             TESSERA_OK);  // duplicate name (and overlapping buffer)
   EXPECT_NE(tessera_grad_sync_mark_ready(sync, 7), TESSERA_OK);  // no parameter 7
   EXPECT_NE(std::string(tessera_last_error()).find("tessera_grad_sync_mark_ready"),
@@ -311,16 +319,54 @@ TEST_F(CApi, GradSyncAveragesAndRefusesMisuse) {
                "tessera_grad_sync_finish", "out_stats->struct_size 3");
   stats.struct_size = sizeof stats;
   ASSERT_EQ(tessera_grad_sync_finish(sync, &stats), TESSERA_OK) << tessera_last_error();
-  EXPECT_EQ(h[0], 5.f);  // the average over one rank
-  EXPECT_EQ(g[0], 0.f);  // unused: zeros
+  EXPECT_EQ(read_device<float>(ctx_, h, 8), std::vector<float>(8, 5.f));    // the average, 1 rank
+  EXPECT_EQ(read_device<float>(ctx_, g, 64), std::vector<float>(64, 0.f));  // unused: zeros
   EXPECT_GE(stats.buckets, 1u);
   EXPECT_GE(stats.overlap_ratio, 0.0);
   EXPECT_LE(stats.overlap_ratio, 1.0);
-  std::vector<float> late(8);
-  EXPECT_NE(
-      tessera_grad_sync_add_parameter(sync, "late", nullptr, late.data(), 8, TESSERA_F32, nullptr),
-      TESSERA_OK);  // registration after the first mark
+  expect_error(
+      tessera_grad_sync_add_parameter(sync, "late", nullptr, late, 8, TESSERA_F32, nullptr),
+      TESSERA_FAILED_PRECONDITION, "tessera_grad_sync_add_parameter",
+      "parameter 'late': registered after the first step began");
   EXPECT_EQ(tessera_grad_sync_destroy(sync), TESSERA_OK);
+  for (void* buffer : {w, g, h, late}) {
+    EXPECT_EQ(tessera_device_free(ctx_, buffer), TESSERA_OK) << tessera_last_error();
+  }
+}
+
+// On a device the CPU cannot address, host memory as a gradient or as a parameter is refused at
+// registration (the engine would hand it to device stream operations), naming the parameter, the
+// buffer and the device. On an addressable device host memory is fine, so there is nothing to test.
+TEST_F(CApi, GradSyncRefusesHostMemoryOnADiscreteDevice) {
+  if (!host_devices_are_discrete()) GTEST_SKIP() << "needs TESSERA_HOST_DEVICES=N:discrete";
+  void* device = device_copy_of(ctx_, std::vector<float>(8, 1.f));
+  ASSERT_NE(device, nullptr);
+  std::vector<float> host(8, 1.f);
+  tessera_grad_sync* sync = nullptr;
+  ASSERT_EQ(tessera_grad_sync_create(ctx_, nullptr, &sync), TESSERA_OK) << tessera_last_error();
+  expect_error(
+      tessera_grad_sync_add_parameter(sync, "hg", nullptr, host.data(), 8, TESSERA_F32, nullptr),
+      TESSERA_INVALID_ARGUMENT, "tessera_grad_sync_add_parameter",
+      "parameter 'hg': gradient buffer");
+  EXPECT_NE(std::string(tessera_last_error()).find("host:0 is not host-accessible"),
+            std::string::npos)
+      << tessera_last_error();
+  expect_error(
+      tessera_grad_sync_add_parameter(sync, "hp", host.data(), device, 8, TESSERA_F32, nullptr),
+      TESSERA_INVALID_ARGUMENT, "tessera_grad_sync_add_parameter",
+      "parameter 'hp': parameter buffer");
+  // Nothing was registered: the same device gradient is accepted under a name of its own, and
+  // the step runs.
+  int index = -1;
+  ASSERT_EQ(tessera_grad_sync_add_parameter(sync, "dg", nullptr, device, 8, TESSERA_F32, &index),
+            TESSERA_OK)
+      << tessera_last_error();
+  EXPECT_EQ(index, 0);
+  ASSERT_EQ(tessera_grad_sync_mark_ready(sync, index), TESSERA_OK) << tessera_last_error();
+  ASSERT_EQ(tessera_grad_sync_finish(sync, nullptr), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(read_device<float>(ctx_, device, 8), std::vector<float>(8, 1.f));
+  EXPECT_EQ(tessera_grad_sync_destroy(sync), TESSERA_OK);
+  EXPECT_EQ(tessera_device_free(ctx_, device), TESSERA_OK) << tessera_last_error();
 }
 
 struct Blob {

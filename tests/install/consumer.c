@@ -5,8 +5,9 @@
  *   tessera launch -n 2 -- ./consumer /tmp/ckpt
  *
  * Every rank: joins the job, sums a vector across ranks, (rank 0) asks the planner for a plan,
- * averages two gradients through the overlap engine, saves a checkpoint asynchronously and loads
- * it back. Exit status 0 when every result is what it should be. */
+ * averages two gradients held in device memory through the overlap engine, saves a checkpoint of
+ * the device weights asynchronously and loads it back. Exit status 0 when every result is what it
+ * should be. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,40 +88,52 @@ int main(int argc, char** argv) {
     tessera_free(json);
   }
 
-  /* 4. Gradient averaging overlapped with backward: register once, mark each step. */
-  float* w1 = calloc(kW1, sizeof(float));
-  float* g1 = malloc(kW1 * sizeof(float));
-  float g2[kW2];
-  EXPECT(w1 != NULL && g1 != NULL, "out of memory");
+  /* 4. Gradient averaging overlapped with backward: register once, mark each step. Weights and
+   *    gradients live in device memory, as a trainer's do; the CPU may be unable to read it (a
+   *    GPU's memory), so the engine takes device pointers and this program moves the bytes with
+   *    tessera_memcpy where a trainer's kernels would read and write them. Host arrays w1, g1, g2
+   *    are this program's copies. */
+  static float w1[kW1], g1[kW1], g2[kW2];
+  void *dev_w1 = NULL, *dev_g1 = NULL, *dev_g2 = NULL;
+  CHECK(tessera_device_alloc(ctx, sizeof w1, &dev_w1));
+  CHECK(tessera_device_alloc(ctx, sizeof g1, &dev_g1));
+  CHECK(tessera_device_alloc(ctx, sizeof g2, &dev_g2));
+  CHECK(tessera_memcpy(ctx, dev_w1, w1, sizeof w1)); /* the initial weights: zeros */
   tessera_grad_sync* sync = NULL;
   CHECK(tessera_grad_sync_create(ctx, NULL, &sync));
   int i1 = 0, i2 = 0;
-  CHECK(tessera_grad_sync_add_parameter(sync, "w1", w1, g1, kW1, TESSERA_F32, &i1));
-  CHECK(tessera_grad_sync_add_parameter(sync, "w2", NULL, g2, kW2, TESSERA_F32, &i2));
+  CHECK(tessera_grad_sync_add_parameter(sync, "w1", dev_w1, dev_g1, kW1, TESSERA_F32, &i1));
+  CHECK(tessera_grad_sync_add_parameter(sync, "w2", NULL, dev_g2, kW2, TESSERA_F32, &i2));
   for (int step = 0; step < 2; ++step) {
     /* Backward produces the last layer's gradient first; mark each as soon as it is written. */
     for (int i = 0; i < kW2; ++i) g2[i] = (float)(rank + 1);
+    CHECK(tessera_memcpy(ctx, dev_g2, g2, sizeof g2));
     CHECK(tessera_grad_sync_mark_ready(sync, i2));
     for (int i = 0; i < kW1; ++i) g1[i] = (float)(rank + 1) * 2.0f;
+    CHECK(tessera_memcpy(ctx, dev_g1, g1, sizeof g1));
     CHECK(tessera_grad_sync_mark_ready(sync, i1));
     tessera_step_stats stats = {.struct_size = sizeof stats};
-    CHECK(tessera_grad_sync_finish(sync, &stats));
+    CHECK(tessera_grad_sync_finish(sync, &stats)); /* the device gradients now hold the mean */
+    CHECK(tessera_memcpy(ctx, g1, dev_g1, sizeof g1));
+    CHECK(tessera_memcpy(ctx, g2, dev_g2, sizeof g2));
     const float mean = (float)(size + 1) / 2.0f;
     EXPECT(g2[0] == mean && g1[kW1 - 1] == 2.0f * mean, "grad sync gave %g and %g", g2[0],
            g1[kW1 - 1]);
     for (int i = 0; i < kW1; ++i) w1[i] -= 0.5f * g1[i]; /* the optimizer: plain SGD */
+    CHECK(tessera_memcpy(ctx, dev_w1, w1, sizeof w1));
     printf("grad sync: step %llu, %zu bucket(s), mean gradient %g\n",
            (unsigned long long)stats.step, stats.buckets, g2[0]);
   }
   CHECK(tessera_grad_sync_destroy(sync));
 
-  /* 5. An asynchronous checkpoint of the (replicated) weights and the cursor, loaded back. */
+  /* 5. An asynchronous checkpoint of the (replicated) device weights and the cursor, loaded back.
+   *    The checkpointer copies device tensors into pinned host buffers itself. */
   tessera_checkpoint_options options = {.struct_size = sizeof options};
   options.dir = ckpt_dir;
   tessera_checkpoint* ckpt = NULL;
   CHECK(tessera_checkpoint_create(ctx, &options, &ckpt));
   const int64_t shape[1] = {kW1};
-  CHECK(tessera_checkpoint_add_tensor(ckpt, "w1", TESSERA_F32, shape, 1, NULL, NULL, w1, 1));
+  CHECK(tessera_checkpoint_add_tensor(ckpt, "w1", TESSERA_F32, shape, 1, NULL, NULL, dev_w1, 1));
   CHECK(tessera_checkpoint_add_blob(ckpt, "cursor", cursor_get, cursor_set, NULL, 1));
   cursor = 2;
   const float saved = w1[0];
@@ -128,18 +141,21 @@ int main(int argc, char** argv) {
   CHECK(tessera_checkpoint_save_async(ckpt, 2, &blocked_s)); /* training goes on meanwhile */
   int64_t committed = -1;
   CHECK(tessera_checkpoint_wait(ckpt, &committed));
-  w1[0] = 42.0f; /* lose the state... */
+  const float lost = 42.0f;
+  CHECK(tessera_memcpy(ctx, dev_w1, &lost, sizeof lost)); /* lose the state... */
   cursor = 0;
   int64_t loaded = -1;
   CHECK(tessera_checkpoint_load(ckpt, -1, 0, &loaded)); /* ...and get it back */
+  CHECK(tessera_memcpy(ctx, w1, dev_w1, sizeof w1));
   EXPECT(loaded == 2 && w1[0] == saved && cursor == 2, "checkpoint step %lld w1[0] %g cursor %llu",
          (long long)loaded, w1[0], (unsigned long long)cursor);
   printf("checkpoint: saved step %lld (blocked %.3f s), loaded step %lld\n", (long long)committed,
          blocked_s, (long long)loaded);
   CHECK(tessera_checkpoint_destroy(ckpt));
 
-  free(w1);
-  free(g1);
+  CHECK(tessera_device_free(ctx, dev_w1)); /* device memory goes before its context */
+  CHECK(tessera_device_free(ctx, dev_g1));
+  CHECK(tessera_device_free(ctx, dev_g2));
   CHECK(tessera_context_destroy(ctx)); /* collective: waits for every rank */
   printf("rank %d: all checks passed\n", rank);
   return 0;

@@ -277,8 +277,11 @@ TESSERA_API tessera_status tessera_grad_sync_destroy(tessera_grad_sync* sync);
 /* Registers a parameter and its gradient, `count` elements of `dtype` each (before the first
  * mark). `data` may be NULL; `grad` receives the reduced gradient after finish().
  *   out_index [out][optional] the index to mark. Indices count up from 0 in registration order.
- * Returns INVALID_ARGUMENT for a NULL grad, count 0, a misaligned or overlapping buffer, a
- * duplicate name, or registration after the first mark (the message names the parameter). */
+ * `data` and `grad` are device memory of the engine's device (tessera_device_alloc); host memory
+ * is accepted only where the device is host-addressable.
+ * Returns INVALID_ARGUMENT for a NULL grad, count 0, a misaligned or overlapping buffer, host
+ * memory on a device the CPU cannot address, memory of another device, a duplicate name, or
+ * registration after the first mark (the message names the parameter). */
 TESSERA_API tessera_status tessera_grad_sync_add_parameter(tessera_grad_sync* sync,
                                                            const char* name, void* data, void* grad,
                                                            size_t count, tessera_dtype dtype,
