@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "multi_rank.h"
+#include "support/device_rank.h"
 #include "support/multiprocess.h"
 #include "tessera/common/log.h"
 #include "tessera/hal/hal.h"
@@ -30,39 +31,13 @@ using testing::run_ranks;
 
 constexpr const char* kLibrary = "tessera host reference CCL";
 
-void expect_all_ok(const std::vector<testing::RankResult>& results, int n) {
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
-}
-
-struct Rank {
-  std::shared_ptr<hal::Platform> platform;
-  std::optional<hal::Device> device;
-  std::optional<hal::Stream> stream;
-};
+using testing::expect_all_ok;
+using Rank = testing::DeviceRank;
 
 // The backend of one rank: `devices` discrete host devices, the reference CCL on or off.
 std::optional<Rank> open_rank(const char* devices = "1:discrete", bool ccl = true) {
-  setenv("TESSERA_HOST_DEVICES", devices, 1);
-  setenv("TESSERA_HOST_CCL", ccl ? "1" : "0", 1);
-  hal::PlatformOptions options;
-  options.registry.selection = "host";
-  auto platform = hal::Platform::create(options);
-  if (!platform.ok()) {
-    std::fprintf(stderr, "platform: %s\n", platform.status().to_string().c_str());
-    return std::nullopt;
-  }
-  Rank r;
-  r.platform = *platform;
-  auto device = r.platform->device("host", 0);
-  if (!device.ok()) return std::nullopt;
-  r.device.emplace(*device);
-  auto stream = r.device->create_stream();
-  if (!stream.ok()) return std::nullopt;
-  r.stream.emplace(std::move(*stream));
-  return r;
+  return testing::open_device_rank(
+      {{"TESSERA_HOST_DEVICES", devices}, {"TESSERA_HOST_CCL", ccl ? "1" : "0"}});
 }
 
 CommOptions native_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(600000)) {
@@ -72,26 +47,8 @@ CommOptions native_options(std::chrono::milliseconds timeout = std::chrono::mill
   return o;
 }
 
-template <typename T>
-Status upload(const Rank& r, void* device_ptr, const std::vector<T>& values) {
-  const size_t bytes = values.size() * sizeof(T);
-  if (bytes == 0) return Status();
-  TSR_ASSIGN_OR_RETURN(hal::HostBuffer pinned, r.device->allocate_host(bytes));
-  std::memcpy(pinned.data(), values.data(), bytes);
-  TSR_RETURN_IF_ERROR(r.stream->copy(device_ptr, pinned.data(), bytes));
-  return r.stream->synchronize();
-}
-
-template <typename T>
-Result<std::vector<T>> download(const Rank& r, const void* device_ptr, size_t count) {
-  std::vector<T> out(count);
-  if (count == 0) return out;
-  TSR_ASSIGN_OR_RETURN(hal::HostBuffer pinned, r.device->allocate_host(count * sizeof(T)));
-  TSR_RETURN_IF_ERROR(r.stream->copy(pinned.data(), device_ptr, count * sizeof(T)));
-  TSR_RETURN_IF_ERROR(r.stream->synchronize());
-  std::memcpy(out.data(), pinned.data(), count * sizeof(T));
-  return out;
-}
+using testing::download;
+using testing::upload;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
