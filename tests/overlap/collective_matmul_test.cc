@@ -1,8 +1,8 @@
 // Collective matmuls against the unfused pair, within the f32 error bound of a dot product (BLAS
-// gives no bitwise promise across differently shaped calls), on 2, 3 and 4 rank rings, with odd sizes
-// and chunks larger than the shared-memory transport buffers (a ring of blocking send/recv on one
-// communicator would deadlock there). Every matrix is device memory, filled and read back by stream
-// copies.
+// gives no bitwise promise across differently shaped calls), on 2, 3 and 4 rank rings, with odd
+// sizes and chunks larger than the shared-memory transport buffers (a ring of blocking send/recv on
+// one communicator would deadlock there). Every matrix is device memory, filled and read back by
+// stream copies.
 #include <gtest/gtest.h>
 
 #include <cmath>

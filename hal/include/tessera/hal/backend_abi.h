@@ -52,7 +52,8 @@ extern "C" {
 #endif
 
 #define TSR_BACKEND_ABI_MAJOR 1
-#define TSR_BACKEND_ABI_MINOR 2 /* 1: stream_busy_wait; 2: callbacks with a message, host signals */
+/* Minor 1: stream_busy_wait. Minor 2: callbacks with a message, host signals. */
+#define TSR_BACKEND_ABI_MINOR 2
 
 /* Name of the entry point for this major version, for dlsym. */
 #define TSR_BACKEND_ENTRY_POINT "tessera_backend_get_api_v1"
@@ -310,7 +311,8 @@ typedef void (*tsr_host_msg_fn)(void* user_data, tsr_status status, const char* 
  * HIP wait on a value in host-mapped memory (cuStreamWaitValue64 / hipStreamWaitValue64 with
  * GEQ, the host stores the value), Level Zero appends a wait on an event the host signals
  * (zeEventHostSignal, one event per value), Ascend waits on a notify/event the host records
- * (aclrtStreamWaitEvent on an event recorded by aclrtRecordEvent from a host-side stream). Minor 2. */
+ * (aclrtStreamWaitEvent on an event recorded by aclrtRecordEvent from a host-side stream).
+ * Minor 2. */
 typedef struct tsr_host_signal_s* tsr_host_signal;
 
 typedef struct tsr_backend_api_v1 {
