@@ -8,8 +8,16 @@
 #   2. runs the conformance suite: tessera-cts --backend cuda;
 #   3. runs tessera-cuda-bench: D2D copy, reduce_async f32/bf16 (2 x 1 GiB) as a fraction of the
 #      copy, pinned H2D/D2H through the backend vs cudaMemcpyAsync, bf16 GEMM 8192^3 through the
-#      backend vs cublasGemmEx, printed as a markdown table.
-# Results (cts.log, bench.md, bench.json, build.log) go to $OUT when set, else <build>/gpu_check.
+#      backend vs cublasGemmEx, printed as a markdown table;
+#   4. runs the collectives' correctness suite on CUDA device memory (every operation, dtype and
+#      reduction, 2 and 3 ranks: TESSERA_TEST_BACKEND=cuda) on the staged route, and on the native
+#      route (NCCL) when there is one GPU per rank (NCCL refuses two ranks on one GPU); prints the
+#      route the communicator took (TESSERA_LOG=info).
+#   5. when the tools are built (CLI11 and nlohmann-json found, as on a Debian machine after
+#      scripts/setup.sh): `tessera bench coll` allreduce 64 MiB, 2 ranks, device memory, staged and
+#      (one GPU per rank) native, next to host memory.
+# Results (cts.log, bench.md, bench.json, coll_*.log, build.log) go to $OUT when set, else
+# <build>/gpu_check.
 #
 #   bench/gpu_check.sh [--build-only]      BUILD_DIR=... JOBS=... CUDA_ARCH="90" to override
 #
@@ -56,12 +64,20 @@ say "GPU architecture(s) ${CUDA_ARCH}, nvcc $NVCC, $JOBS jobs, results in $RESUL
 say "configuring $BUILD_DIR"
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_COMPILER="$NVCC" \
-  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON \
+  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON \
   -DTESSERA_BACKEND_CUDA=ON -DTESSERA_BACKEND_HIP=OFF -DTESSERA_BACKEND_LEVEL_ZERO=OFF \
   -DTESSERA_CUDA_ARCHITECTURES="$CUDA_ARCH" >"$RESULTS/build.log" 2>&1 ||
   { tail -30 "$RESULTS/build.log"; exit 1; }
-say "building tessera-cts, tessera-backend-cuda, tessera-cuda-bench"
-ninja -C "$BUILD_DIR" -j "$JOBS" tessera-cts tessera-backend-cuda tessera-cuda-bench \
+# The tools need CLI11 and nlohmann-json (absent on a bare GPU machine): build them when configured.
+targets=(tessera-cts tessera-backend-cuda tessera-cuda-bench coll_correctness_test
+         coll_correctness_rank)
+HAVE_TOOLS=0
+if ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tessera: '; then
+  HAVE_TOOLS=1
+  targets+=(tessera tessera-backend-host)
+fi
+say "building ${targets[*]}"
+ninja -C "$BUILD_DIR" -j "$JOBS" "${targets[@]}" \
   >>"$RESULTS/build.log" 2>&1 || { tail -30 "$RESULTS/build.log"; exit 1; }
 if [[ $BUILD_ONLY == 1 ]]; then
   say "built; --build-only: not running"
@@ -95,6 +111,50 @@ if [[ $bench != 0 ]]; then
   status=1
   say "tessera-cuda-bench FAILED (exit $bench): $(cat "$RESULTS/bench.err")"
 fi
+# ---- 4. collectives on CUDA device memory -------------------------------------------------------
+GPUS=$(grep -c '^GPU ' "$RESULTS/nvidia-smi.txt" 2>/dev/null || echo 1)
+coll_suite() {  # coll_suite ROUTE RANKS_FILTER
+  local route=$1 filter=$2
+  say "collectives correctness on cuda, route $route ($filter)"
+  if TESSERA_TEST_BACKEND=cuda TESSERA_COLL_DEVICE_PATH=$route TESSERA_LOG=info \
+     timeout 400 "$BUILD_DIR/bin/coll_correctness_test" --gtest_filter="$filter" \
+     >"$RESULTS/coll_$route.log" 2>&1; then
+    say "  passed; $(grep -m1 -o 'route[^"]*' "$RESULTS/coll_$route.log" || true)"
+  else
+    status=1
+    say "  FAILED; the first failures:"
+    grep -E 'FAIL|Failure' "$RESULTS/coll_$route.log" | head -20 || true
+  fi
+}
+coll_suite staged 'Collectives.*AcrossTwoRanks:Collectives.*AcrossThreeRanks'
+if [[ $GPUS -ge 2 ]]; then
+  coll_suite native 'Collectives.*AcrossTwoRanks'
+else
+  say "native route (NCCL) not run: $GPUS GPU, and NCCL refuses two ranks on one GPU"
+fi
+
+# ---- 5. tessera bench coll ------------------------------------------------------------------------
+if [[ $HAVE_TOOLS == 1 ]]; then
+  bench_coll() {  # bench_coll LABEL ENV... -- ARGS... (2 ranks, allreduce 64 MiB)
+    local label=$1 tessera="$BUILD_DIR/bin/tessera"
+    shift
+    local env=()
+    while [[ $1 != -- ]]; do env+=("$1"); shift; done
+    shift
+    say "tessera bench coll: $label"
+    env "${env[@]}" timeout 120 "$tessera" launch -n 2 -- "$tessera" bench coll -b 64M -e 64M \
+      -o allreduce "$@" >"$RESULTS/bench_coll_$label.txt" 2>&1 || status=1
+    tail -4 "$RESULTS/bench_coll_$label.txt"
+  }
+  bench_coll host-memory -- -G 0
+  bench_coll device-staged TESSERA_COLL_DEVICE_PATH=staged -- -G 1
+  if [[ $GPUS -ge 2 ]]; then
+    bench_coll device-native TESSERA_COLL_DEVICE_PATH=native -- -G 1
+  fi
+else
+  say "tessera bench coll not run: the tools need CLI11 and nlohmann-json (scripts/setup.sh)"
+fi
+
 {
   echo
   echo "Measured $(date -u +%Y-%m-%d) by bench/gpu_check.sh; $(head -1 "$RESULTS/nvidia-smi.txt" 2>/dev/null)"

@@ -10,7 +10,12 @@
 //   after_abort      abort(), then allreduce and barrier
 // The bad-input scenarios write the status each call returned to --out FILE (one line per call)
 // + the rank number, for the parent to judge; exit status 0 unless the rank itself could not run.
+//
+// The backend is the host backend unless TESSERA_TEST_BACKEND names another (bench/gpu_check.sh
+// runs scenario `all` on cuda this way). The host backend's ranks use host:0 (the tests set
+// TESSERA_HOST_DEVICES); another backend's rank R uses device R mod the device count.
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -33,12 +38,21 @@ struct Context {
   std::optional<hal::Stream> stream;
 };
 
+// The backend the ranks run on: TESSERA_TEST_BACKEND, else the host backend.
+std::string test_backend() {
+  const char* name = std::getenv("TESSERA_TEST_BACKEND");
+  return name != nullptr && *name != '\0' ? name : "host";
+}
+
 Result<Context> setup(const RankArgs& args) {
   Context ctx;
   hal::PlatformOptions options;
-  options.registry.selection = "host";
+  const std::string backend = test_backend();
+  options.registry.selection = backend;
   TSR_ASSIGN_OR_RETURN(ctx.platform, hal::Platform::create(options));
-  TSR_ASSIGN_OR_RETURN(hal::Device device, ctx.platform->device("host", 0));
+  const auto count = static_cast<int>(ctx.platform->devices(backend).size());
+  const int index = backend == "host" || count == 0 ? 0 : args.rank % count;
+  TSR_ASSIGN_OR_RETURN(hal::Device device, ctx.platform->device(backend, index));
   TSR_ASSIGN_OR_RETURN(auto bootstrap, connect_rank(args));
   CommOptions comm_options;
   comm_options.stage_chunk_bytes = kStageChunkBytes;
