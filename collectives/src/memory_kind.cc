@@ -2,7 +2,8 @@
 #include "memory_kind.h"
 
 #include <algorithm>
-#include <cstdio>
+
+#include "tessera/hal/pointer_info.h"
 
 namespace tessera::coll {
 
@@ -95,12 +96,6 @@ OpExtents op_extents(const OpDesc& d, int rank, int size) {
 
 namespace {
 
-std::string pointer_text(const void* p) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", p);
-  return text;
-}
-
 // One buffer: host or device memory of the target, or a refusal naming why.
 Result<BufferMemory> classify_one(const std::string& op, const char* arg, const void* p,
                                   size_t bytes, const MemoryTarget& t) {
@@ -112,38 +107,23 @@ Result<BufferMemory> classify_one(const std::string& op, const char* arg, const 
     }
     return BufferMemory::kHost;
   }
-  const auto& api = t.backend->api();
-  tsr_pointer_attributes attrs{};
-  attrs.struct_size = sizeof attrs;
-  attrs.type = TSR_MEMORY_UNKNOWN;
-  attrs.device = -1;
-  if (api.pointer_attributes != nullptr) {
-    TSR_RETURN_IF_ERROR(
-        t.backend->check(api.pointer_attributes(p, &attrs), op + ": pointer_attributes of " + arg));
-  }
-  const bool device = attrs.type == TSR_MEMORY_DEVICE || attrs.type == TSR_MEMORY_DEVICE_IPC;
-  if (!device) {
+  TSR_ASSIGN_OR_RETURN(hal::PointerInfo info,
+                       hal::pointer_info(*t.backend, p, op + ": pointer_attributes of " + arg));
+  if (!info.is_device()) {
     if (t.mode == MemoryMode::kDevice) {
       return invalid_argument(
-          op + ": " + arg + " (" + pointer_text(p) + ") is " +
-          (attrs.type == TSR_MEMORY_HOST_PINNED ? "pinned host memory" : "host memory") +
+          op + ": " + arg + " (" + hal::pointer_text(p) + ") is " +
+          (info.kind == hal::PointerKind::kPinnedHost ? "pinned host memory" : "host memory") +
           ", but this communicator expects device memory of " + t.id + " (memory=device)");
     }
     return BufferMemory::kHost;
   }
-  const std::string owner = t.backend->name() + ":" + std::to_string(attrs.device);
-  if (attrs.device != t.device) {
+  const std::string owner = t.backend->name() + ":" + std::to_string(info.device);
+  if (info.device != t.device) {
     return invalid_argument(op + ": " + arg + " is device memory of " + owner +
                             ", but this communicator runs on " + t.id);
   }
-  const auto* base = static_cast<const char*>(attrs.base);
-  const auto* at = static_cast<const char*>(p);
-  if (attrs.base != nullptr && attrs.size > 0 &&
-      (at < base || size_t(at - base) > attrs.size || bytes > attrs.size - size_t(at - base))) {
-    return invalid_argument(op + ": " + arg + ": " + std::to_string(bytes) + " bytes at offset " +
-                            std::to_string(at - base) + " run past the end of its allocation on " +
-                            owner + " (" + std::to_string(attrs.size) + " bytes)");
-  }
+  TSR_RETURN_IF_ERROR(hal::check_extent(info, p, bytes, t.backend->name(), op + ": " + arg));
   if (!t.host_accessible) {
     if (t.mode == MemoryMode::kHost) {
       return invalid_argument(op + ": " + arg + " is device memory of " + owner +

@@ -144,7 +144,7 @@ TEST_F(DeviceMemory, ADeviceTensorRunningPastItsAllocationIsRefused) {
   Status s =
       ck->registry().add_device_tensor("tail", hal::DType::kF32, {16}, full_slice({16}), inside);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  expect_mentions(s, {"'tail'", "64-byte allocation of host:0", "offset 32"});
+  expect_mentions(s, {"'tail'", "64-byte allocation on host:0", "offset 32"});
   // The part that fits is accepted.
   EXPECT_TRUE(ck->registry()
                   .add_device_tensor("fits", hal::DType::kF32, {8}, full_slice({8}), inside)

@@ -253,7 +253,8 @@ TEST(DeviceMemory, ABufferRunningPastItsAllocationIsRefused) {
         char* at = static_cast<char*>(buf.data()) + 8;
         return comm.allreduce(at, at, 1024, DType::kF32, ReduceOp::kSum);
       },
-      "allreduce: send: 4096 bytes at offset 8 run past the end of its allocation on host:0");
+      "allreduce: send: 4096 bytes at offset 8 run past the end of its 4096-byte allocation on "
+      "host:0");
 }
 
 TEST(DeviceMemory, StreamFormOfACommunicatorWithoutDeviceRefusesMemoryItCannotStage) {
