@@ -1,12 +1,13 @@
 // The point-to-point layer under the algorithms. An algorithm step is a batch of P2P operations
-// (sends, receives, receive-and-reduce) that the Engine (engine.h) drives to completion by calling
-// progress() on each until all are done, checking the deadline, aborts and dead peers in between.
+// (sends, receives, receive-and-reduce) that CommImpl::run (comm_impl.cc) drives to completion by
+// calling progress() on each until all are done, checking the deadline, aborts and dead peers in
+// between.
 //
 // Contract for every transport:
 //   - Messages between two ranks arrive in the order they were started, per direction; a batch has
 //     at most one send and one receive per peer.
 //   - start() and progress() never block: progress() moves as much as it can and returns; the
-//     Engine spins, yields and sleeps around it.
+//     caller (CommImpl::run) spins, yields and sleeps around it.
 //   - Every message carries a WireHeader; the receiver compares it with the header it expects and
 //     fails with a mismatch error naming both ranks when operation, dtype, count or sequence
 //     differ (the wrong data is never delivered).
@@ -75,7 +76,8 @@ class Transport {
   virtual Status start(P2P& op) = 0;
   // Advances `op` without blocking; sets op.done when it completed.
   virtual Status progress(P2P& op) = 0;
-  // Called once per Engine loop iteration before progress() calls (e.g. ucp_worker_progress).
+  // Called once per CommImpl::run loop iteration before progress() calls (e.g.
+  // ucp_worker_progress).
   virtual void poll() {}
   // Releases what an unfinished operation holds after a failure; the buffers may be freed next.
   virtual void cancel(P2P& op) {}

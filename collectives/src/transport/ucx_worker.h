@@ -2,7 +2,7 @@
 // UCX reported dead, and a pool of registered staging buffers. The transport (ucx_transport.cc)
 // builds messages on top; this file knows nothing of WireHeaders or reductions.
 //
-// Thread-compatible: the worker is created with UCS_THREAD_MODE_SINGLE and the Engine drives one
+// Thread-compatible: the worker is created with UCS_THREAD_MODE_SINGLE and CommImpl::run drives one
 // transport from one thread at a time.
 #pragma once
 
