@@ -260,6 +260,74 @@ Status read_single_copy(P2P& op, const SlotHeader& slot, size_t piece_bytes, cha
   return Status();
 }
 
+// What this transport keeps in an operation's scratch words (P2P::private_), by name.
+uint64_t& chunks_done(P2P& op) {  // chunks sent or received (a single-copy message is all of them)
+  return op.private_[0];
+}
+uint64_t& single_copy_ticket(P2P& op) {  // single-copy send: the completion count that means
+  return op.private_[1];                 // "read"; 0 before the address is posted
+}
+
+Status size_mismatch(const P2P& op, const SlotHeader& slot, size_t expected, int my_rank) {
+  return Status(StatusCode::kInvalidArgument,
+                "collective mismatch: rank " + std::to_string(op.peer) + " sent " +
+                    std::to_string(slot.bytes) + " bytes at offset " + std::to_string(slot.offset) +
+                    " but rank " + std::to_string(my_rank) + " expected " +
+                    std::to_string(expected) + " at offset " + std::to_string(op.moved) +
+                    " (step " + std::to_string(op.header.step) + ")");
+}
+
+// Inline: the whole message is in the slot's first line.
+void receive_inline(P2P& op, const SlotHeader& slot, size_t bytes) {
+  if (bytes > 0) {
+    char* dst = static_cast<char*>(op.dst);
+    if (op.kind == P2P::Kind::kRecv) {
+      std::memcpy(dst, slot.inline_data, bytes);
+    } else {
+      reduce_pair(dst, op.src, slot.inline_data, bytes / dtype_bytes(op.dtype), op.dtype, op.op);
+    }
+  }
+  op.moved = bytes;
+  ++chunks_done(op);
+}
+
+// Single copy: one piece of the sender's buffer per call (the slot stays until the last).
+Status receive_single_copy(P2P& op, const SlotHeader& slot, int my_rank, size_t slot_bytes,
+                           char* bounce) {
+  if (slot.bytes != op.bytes) {
+    return Status(StatusCode::kInvalidArgument,
+                  "collective mismatch: rank " + std::to_string(op.peer) + " sent " +
+                      std::to_string(slot.bytes) + " bytes but rank " + std::to_string(my_rank) +
+                      " expected " + std::to_string(op.bytes));
+  }
+  // Plain receives read big pieces straight into place; reductions go through the cache-sized
+  // bounce buffer.
+  const size_t piece = op.kind == P2P::Kind::kRecv ? size_t(4) << 20 : slot_bytes;
+  return read_single_copy(op, slot, piece, bounce);
+}
+
+// One chunk of `bytes` from a FIFO slot into place (or reduced into place).
+void receive_chunk(P2P& op, const char* data, size_t bytes) {
+  if (bytes > 0) {
+    char* dst = static_cast<char*>(op.dst) + op.moved;
+    const char* local = static_cast<const char*>(op.src) + op.moved;
+    // Large chunks go out with streaming stores, which skip reading the destination lines
+    // first; an in-place reduction's destination is already in cache, so it stays ordinary.
+    // (Messages that fit in cache keep their result there: the next step, the allgather of a
+    // ring, sends it from this core.)
+    const bool streaming = bytes >= kStreamingChunk && op.bytes >= kStreamingMessage &&
+                           (op.kind == P2P::Kind::kRecv || local != dst);
+    if (op.kind == P2P::Kind::kRecv) {
+      host::store_block(dst, data, bytes, streaming);
+    } else {
+      reduce_pair(dst, local, data, bytes / dtype_bytes(op.dtype), op.dtype, op.op, streaming);
+    }
+    if (streaming) host::store_fence();
+  }
+  op.moved += bytes;
+  ++chunks_done(op);
+}
+
 }  // namespace
 
 Status ShmTransport::start(P2P& op) {
@@ -269,8 +337,8 @@ Status ShmTransport::start(P2P& op) {
   }
   op.done = false;
   op.moved = 0;
-  op.private_[0] = 0;  // chunks handled
-  op.private_[1] = 0;  // single-copy send: the completion count to wait for, 0 before posting
+  chunks_done(op) = 0;
+  single_copy_ticket(op) = 0;
   return Status();
 }
 
@@ -294,7 +362,7 @@ Status ShmTransport::progress_send(P2P& op) {
   if (config_.single_copy_threshold > 0 && op.bytes >= config_.single_copy_threshold &&
       op.bytes > kInlineBytes) {
     // Single copy: post the address once, then wait until the receiver says it has read it.
-    if (op.private_[1] == 0) {
+    if (single_copy_ticket(op) == 0) {
       const uint64_t head = f.counters->head.load(std::memory_order_relaxed);
       if (!slot_free(f, peer_index, head)) return Status();
       SlotHeader* slot = f.slot_header(head);
@@ -306,9 +374,9 @@ Status ShmTransport::progress_send(P2P& op) {
       slot->flags = kSingleCopy;
       slot->stamp.store(head + 1, std::memory_order_release);
       f.counters->head.store(head + 1, std::memory_order_relaxed);
-      op.private_[1] = ++single_copies_sent_[size_t(peer_index)];
+      single_copy_ticket(op) = ++single_copies_sent_[size_t(peer_index)];
     }
-    if (f.counters->single_copies_done.load(std::memory_order_acquire) >= op.private_[1]) {
+    if (f.counters->single_copies_done.load(std::memory_order_acquire) >= single_copy_ticket(op)) {
       op.moved = op.bytes;
       op.done = true;
     }
@@ -317,7 +385,7 @@ Status ShmTransport::progress_send(P2P& op) {
   const size_t chunk = chunk_bytes(op.bytes, config_.slot_bytes);
   const uint64_t chunks = num_chunks(op.bytes, chunk);
   uint64_t head = f.counters->head.load(std::memory_order_relaxed);
-  while (op.private_[0] < chunks && slot_free(f, peer_index, head)) {
+  while (chunks_done(op) < chunks && slot_free(f, peer_index, head)) {
     SlotHeader* slot = f.slot_header(head);
     const size_t n = std::min(chunk, op.bytes - op.moved);
     slot->wire = op.header;
@@ -327,7 +395,7 @@ Status ShmTransport::progress_send(P2P& op) {
       slot->stamp.store(head + 1, std::memory_order_release);
       f.counters->head.store(++head, std::memory_order_relaxed);
       op.moved = n;
-      ++op.private_[0];
+      ++chunks_done(op);
       continue;
     }
     slot->offset = op.moved;
@@ -344,95 +412,49 @@ Status ShmTransport::progress_send(P2P& op) {
     ++head;
     f.counters->head.store(head, std::memory_order_relaxed);
     op.moved += n;
-    ++op.private_[0];
+    ++chunks_done(op);
   }
-  op.done = op.private_[0] == chunks;
+  op.done = chunks_done(op) == chunks;
   return Status();
 }
 
+// A receive runs one of three protocols, chosen by the sender per message: inline (a message of
+// at most kInlineBytes in the slot's first line), single copy (the slot carries the sender's
+// address, read with process_vm_readv), or chunks through the FIFO's slots.
 Status ShmTransport::progress_recv(P2P& op) {
   const FifoView f = fifo(base_, config_, local_index(op.peer), my_index_);
   const size_t chunk = chunk_bytes(op.bytes, config_.slot_bytes);
   const uint64_t chunks = num_chunks(op.bytes, chunk);
   uint64_t tail = f.counters->tail.load(std::memory_order_relaxed);
-  const size_t element = dtype_bytes(op.dtype);
-  while (op.private_[0] < chunks &&
+  while (chunks_done(op) < chunks &&
          f.slot_header(tail)->stamp.load(std::memory_order_acquire) == tail + 1) {
-    const SlotHeader* slot = f.slot_header(tail);
+    const SlotHeader& slot = *f.slot_header(tail);
+    if (!header_matches(slot.wire, op.header)) {
+      return header_mismatch(slot.wire, op.header, config_.rank);
+    }
     const size_t expected = std::min(chunk, op.bytes - op.moved);
-    if (!header_matches(slot->wire, op.header)) {
-      return header_mismatch(slot->wire, op.header, config_.rank);
-    }
-    if (op.bytes <= kInlineBytes && slot->bytes == op.bytes) {
-      // Inline: everything is in the first line.
-      if (expected > 0) {
-        char* dst = static_cast<char*>(op.dst);
-        if (op.kind == P2P::Kind::kRecv) {
-          std::memcpy(dst, slot->inline_data, expected);
-        } else {
-          reduce_pair(dst, op.src, slot->inline_data, expected / element, op.dtype, op.op);
-        }
-      }
-      f.counters->tail.store(++tail, std::memory_order_release);
-      op.moved = expected;
-      ++op.private_[0];
-      continue;
-    }
-    if (!(slot->flags & kSingleCopy) && (slot->offset != op.moved || slot->bytes != expected)) {
-      return Status(StatusCode::kInvalidArgument,
-                    "collective mismatch: rank " + std::to_string(op.peer) + " sent " +
-                        std::to_string(slot->bytes) + " bytes at offset " +
-                        std::to_string(slot->offset) + " but rank " + std::to_string(config_.rank) +
-                        " expected " + std::to_string(expected) + " at offset " +
-                        std::to_string(op.moved) + " (step " + std::to_string(op.header.step) +
-                        ")");
-    }
-    if (slot->flags & kSingleCopy) {
-      if (slot->bytes != op.bytes) {
-        return Status(StatusCode::kInvalidArgument,
-                      "collective mismatch: rank " + std::to_string(op.peer) + " sent " +
-                          std::to_string(slot->bytes) + " bytes but rank " +
-                          std::to_string(config_.rank) + " expected " + std::to_string(op.bytes));
-      }
-      // Plain receives read big pieces straight into place; reductions go through the
-      // cache-sized bounce buffer.
-      const size_t piece = op.kind == P2P::Kind::kRecv ? size_t(4) << 20 : config_.slot_bytes;
-      TSR_RETURN_IF_ERROR(read_single_copy(op, *slot, piece, bounce_.get()));
-      if (op.moved < op.bytes) return Status();
+    if (op.bytes <= kInlineBytes && slot.bytes == op.bytes) {
+      receive_inline(op, slot, expected);
+    } else if (slot.flags & kSingleCopy) {
+      TSR_RETURN_IF_ERROR(
+          receive_single_copy(op, slot, config_.rank, config_.slot_bytes, bounce_.get()));
+      if (op.moved < op.bytes) return Status();  // one piece per call
       // A sender that failed meanwhile may have handed its buffer back to its caller: what was
       // read from it cannot be trusted.
       if (Status aborted = posted_abort_status(); !aborted.ok()) {
         return aborted.with_context("during a single-copy read");
       }
       f.counters->single_copies_done.fetch_add(1, std::memory_order_release);
-      ++tail;
-      f.counters->tail.store(tail, std::memory_order_release);
-      op.private_[0] = chunks;
-      break;
-    }
-    const char* data = f.slot_data(tail);
-    if (expected > 0) {
-      char* dst = static_cast<char*>(op.dst) + op.moved;
-      const char* local = static_cast<const char*>(op.src) + op.moved;
-      // Large chunks go out with streaming stores, which skip reading the destination lines
-      // first; an in-place reduction's destination is already in cache, so it stays ordinary.
-      // (Messages that fit in cache keep their result there: the next step, the allgather of a
-      // ring, sends it from this core.)
-      const bool streaming = expected >= kStreamingChunk && op.bytes >= kStreamingMessage &&
-                             (op.kind == P2P::Kind::kRecv || local != dst);
-      if (op.kind == P2P::Kind::kRecv) {
-        host::store_block(dst, data, expected, streaming);
-      } else {
-        reduce_pair(dst, local, data, expected / element, op.dtype, op.op, streaming);
+      chunks_done(op) = chunks;
+    } else {
+      if (slot.offset != op.moved || slot.bytes != expected) {
+        return size_mismatch(op, slot, expected, config_.rank);
       }
-      if (streaming) host::store_fence();
+      receive_chunk(op, f.slot_data(tail), expected);
     }
-    ++tail;
-    f.counters->tail.store(tail, std::memory_order_release);
-    op.moved += expected;
-    ++op.private_[0];
+    f.counters->tail.store(++tail, std::memory_order_release);
   }
-  op.done = op.private_[0] == chunks;
+  op.done = chunks_done(op) == chunks;
   return Status();
 }
 
