@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "tessera/common/host_memory.h"
 
 namespace tessera::host {
 namespace {
@@ -111,34 +112,22 @@ bool parse_bytes(const std::string& raw, uint64_t* out) {
 }
 
 std::string format_bytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  char buffer[64];
-  if (bytes < 1024) {
-    std::snprintf(buffer, sizeof buffer, "%llu B", static_cast<unsigned long long>(bytes));
-    return buffer;
-  }
-  double value = double(bytes) / 1024.0;
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  std::snprintf(buffer, sizeof buffer, "%.1f %s", value, kUnits[unit]);
-  return buffer;
+  return host_memory::format_bytes(bytes);
 }
 
-uint64_t physical_memory_bytes() {
-  long pages = sysconf(_SC_PHYS_PAGES);
-  long page_size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_size <= 0) return 0;
-  return uint64_t(pages) * uint64_t(page_size);
+uint64_t usable_memory_bytes(const std::string& probe_root) {
+  host_memory::Roots roots;
+  if (!probe_root.empty()) roots = {probe_root + "/proc", probe_root + "/sys/fs/cgroup"};
+  const host_memory::HostMemory m = host_memory::probe(roots);
+  if (m.physical == 0 && !m.available) return uint64_t(16) << 30;  // nothing known: a guess
+  return m.usable;
 }
 
 tsr_status load_config(const char* options, Config* out) {
   Config config;
-  config.memory_per_device = physical_memory_bytes();
-  config.memory_source = "default: physical RAM; set TESSERA_HOST_DEVICE_MEMORY";
-  if (config.memory_per_device == 0) config.memory_per_device = uint64_t(16) << 30;
+  config.memory_per_device = 0;  // set from the environment, the options or the probe below
+  config.memory_source = kUsableMemorySource;
+  std::string probe_root;
 
   if (const char* env = std::getenv(kDevicesEnv); env != nullptr && env[0] != '\0') {
     // "N" or "N:discrete"
@@ -197,6 +186,8 @@ tsr_status load_config(const char* options, Config* out) {
       if (!parse_flag(value, &config.discrete)) return bad_flag("option discrete", value);
     } else if (key == "collectives") {
       if (!parse_flag(value, &config.collectives)) return bad_flag("option collectives", value);
+    } else if (key == "memory_probe_root") {
+      probe_root = value;
     } else if (key == "callback_threads") {
       if (!parse_callback_threads(value, &config.callback_threads)) {
         return bad_callback_threads("option callback_threads", value);
@@ -208,6 +199,9 @@ tsr_status load_config(const char* options, Config* out) {
                   key.c_str());
     }
   }
+  // A host device's memory is the RAM this process can really use, not the machine's: past a
+  // cgroup limit the OOM killer strikes without a message, past MemAvailable the machine swaps.
+  if (config.memory_per_device == 0) config.memory_per_device = usable_memory_bytes(probe_root);
   *out = config;
   return TSR_OK;
 }

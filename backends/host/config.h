@@ -15,6 +15,9 @@ inline constexpr const char* kMemoryEnv = "TESSERA_HOST_DEVICE_MEMORY";
 inline constexpr const char* kCallbackThreadsEnv = "TESSERA_HOST_CALLBACK_THREADS";
 inline constexpr const char* kCollectivesEnv = "TESSERA_HOST_CCL";
 inline constexpr int32_t kMaxDevices = 1024;
+inline constexpr const char* kUsableMemorySource =
+    "default: the RAM this process can use (MemAvailable, cgroup limit); set "
+    "TESSERA_HOST_DEVICE_MEMORY";
 
 struct Config {
   int32_t devices = 1;
@@ -35,10 +38,11 @@ struct Config {
   bool collectives = false;
 };
 
-// Builds the configuration: defaults (1 device, physical RAM, addressable memory, one callback
+// Builds the configuration: defaults (1 device, usable RAM, addressable memory, one callback
 // thread per stream), then TESSERA_HOST_DEVICES ("N" or "N:discrete"),
 // TESSERA_HOST_DEVICE_MEMORY and TESSERA_HOST_CALLBACK_THREADS (0 or 1), then
-// "devices=N;memory=BYTES;discrete=0|1;callback_threads=0|1" from `options` (may be NULL). A
+// "devices=N;memory=BYTES;discrete=0|1;callback_threads=0|1" from `options` (may be NULL; also
+// memory_probe_root=DIR, where tests point the default's probe at a sample tree). A
 // malformed value fails with TSR_INVALID_ARGUMENT naming the variable or option. Thread-safe
 // (reads the environment only).
 tsr_status load_config(const char* options, Config* out);
@@ -51,7 +55,9 @@ bool parse_bytes(const std::string& text, uint64_t* out);
 // "1.5 GiB", "512.0 MiB", "100 B": for messages. Thread-safe.
 std::string format_bytes(uint64_t bytes);
 
-// Physical RAM in bytes (sysconf), or 0 when unknown.
-uint64_t physical_memory_bytes();
+// The RAM this process can use, in bytes (tessera/common/host_memory.h: the smaller of
+// MemAvailable and every memory cgroup's limit minus usage), or 0 when unknown. `probe_root`
+// ("" for /) holds proc/ and sys/fs/cgroup/, for tests (init option memory_probe_root=DIR).
+uint64_t usable_memory_bytes(const std::string& probe_root);
 
 }  // namespace tessera::host

@@ -32,18 +32,48 @@ void apply_config(Level level, std::string_view subsystems) {
   g_config.subsystems = env::split(subsystems, ",");
 }
 
+Status check_level(Level* out) {
+  auto text = env::get("TESSERA_LOG");
+  if (text && !parse_level(*text, out)) {
+    return env::bad_value("TESSERA_LOG", *text, "expected error, warn, info, debug or trace");
+  }
+  return Status();
+}
+
+Status check_subsystems(std::string_view text) {
+  if (!text.empty() && text.front() == '^') text.remove_prefix(1);
+  for (const std::string& name : env::split(text, ",")) {
+    bool known = false;
+    for (std::string_view s : kSubsystems) known = known || s == name;
+    if (known) continue;
+    std::string list;
+    for (std::string_view s : kSubsystems) list += (list.empty() ? "" : ", ") + std::string(s);
+    return invalid_argument("'" + name + "' is not a subsystem (expected a comma list of " + list +
+                            ", optionally after a leading ^)");
+  }
+  return Status();
+}
+
+// A bad value is reported once and replaced by the default: a log call has no way to fail, and
+// a typo in a debugging aid should not take the logger down with it (check_environment() is
+// where programs turn it into an error).
 void load_once() {
   if (g_loaded.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_loaded.load(std::memory_order_relaxed)) return;
   Level level = Level::kWarn;
-  if (auto text = env::get("TESSERA_LOG"); text && !parse_level(*text, &level)) {
-    std::fprintf(stderr,
-                 "[tessera warn log] TESSERA_LOG='%s' is not one of "
-                 "error|warn|info|debug|trace; using warn\n",
-                 text->c_str());
+  if (Status s = check_level(&level); !s.ok()) {
+    level = Level::kWarn;
+    std::fprintf(stderr, "[tessera error log] %s; logging at warn\n", s.message().c_str());
   }
-  apply_config(level, env::get("TESSERA_LOG_SUBSYS").value_or(""));
+  std::string subsystems = env::get("TESSERA_LOG_SUBSYS").value_or("");
+  if (Status s = check_subsystems(subsystems); !s.ok()) {
+    std::fprintf(stderr,
+                 "[tessera error log] TESSERA_LOG_SUBSYS='%s': %s; logging every subsystem\n",
+                 subsystems.c_str(), s.message().c_str());
+    subsystems.clear();
+  }
+  apply_config(level, subsystems);
   g_loaded.store(true, std::memory_order_release);
 }
 
@@ -93,6 +123,17 @@ void configure(Level level, std::string_view subsystems) {
   load_once();
   std::lock_guard<std::mutex> lock(g_mutex);
   apply_config(level, subsystems);
+}
+
+Status check_environment() {
+  Level level = Level::kWarn;
+  TSR_RETURN_IF_ERROR(check_level(&level));
+  if (auto text = env::get("TESSERA_LOG_SUBSYS")) {
+    if (Status s = check_subsystems(*text); !s.ok()) {
+      return env::bad_value("TESSERA_LOG_SUBSYS", *text, s.message());
+    }
+  }
+  return Status();
 }
 
 void write(Level level, std::string_view subsystem, std::string_view message) {

@@ -75,6 +75,9 @@ const BackendRecord* Registry::find(std::string_view name) const {
 }
 
 Result<std::unique_ptr<Registry>> Registry::create(const RegistryOptions& options) {
+  // Every program that uses a device comes through here: the place a malformed TESSERA_LOG or
+  // TESSERA_LOG_SUBSYS becomes an error rather than the logger's one-line complaint.
+  TSR_RETURN_IF_ERROR(log::check_environment());
   std::unique_ptr<Registry> registry(new Registry());
   registry->search_dirs_ =
       options.search_dirs.empty() ? default_search_dirs() : options.search_dirs;

@@ -1,6 +1,7 @@
 #include "tessera/common/log.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 namespace tessera::log {
 namespace {
@@ -33,6 +34,35 @@ TEST(Log, DoesNotEvaluateDisabledMessages) {
   TSR_LOG(kDebug, "hal") << count();
   EXPECT_EQ(evaluated, 0);
   configure(Level::kWarn, "");
+}
+
+// The variables as a program checks them at start: an unknown level or subsystem is an error
+// naming the variable and the value, not a warning and a default.
+TEST(Log, CheckEnvironmentRefusesUnknownLevelsAndSubsystemsByName) {
+  unsetenv("TESSERA_LOG");
+  unsetenv("TESSERA_LOG_SUBSYS");
+  EXPECT_TRUE(check_environment().ok());
+  setenv("TESSERA_LOG", "whatever", 1);
+  Status s = check_environment();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("TESSERA_LOG='whatever': expected error, warn"), std::string::npos)
+      << s.message();
+  setenv("TESSERA_LOG", "Debug", 1);
+  EXPECT_TRUE(check_environment().ok());
+  for (const char* good : {"hal,coll", "^ckpt", " overlap , trainer", "topo,plan,launch"}) {
+    setenv("TESSERA_LOG_SUBSYS", good, 1);
+    EXPECT_TRUE(check_environment().ok()) << good;
+  }
+  for (const char* bad : {"hal,colll", "^nccl", "*"}) {
+    setenv("TESSERA_LOG_SUBSYS", bad, 1);
+    s = check_environment();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(std::string("TESSERA_LOG_SUBSYS='") + bad + "'"), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("is not a subsystem"), std::string::npos) << s.message();
+  }
+  unsetenv("TESSERA_LOG");
+  unsetenv("TESSERA_LOG_SUBSYS");
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 // Memory.KillsAHostLoadOrStoreThroughADevicePointerWithoutHostAccess, run by cts.host.discrete.)
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +110,48 @@ void expect_init_refused(const std::string& options, std::vector<std::string> ex
     EXPECT_NE(status.message().find(text), std::string::npos)
         << "'" << status.message() << "' does not mention '" << text << "'";
   }
+}
+
+uint64_t total_memory(const Backend& backend, int32_t device) {
+  tsr_device_properties p{};
+  p.struct_size = sizeof p;
+  EXPECT_EQ(backend.api().device_properties(device, &p), TSR_OK);
+  return p.total_memory;
+}
+
+// A host device holds what this process can really use, not the machine's RAM: in a 3 GiB cgroup
+// (v2) with 1 GiB in use on a machine with 20 GiB available, 2 GiB; an explicit size still wins.
+// The probe reads a sample tree (init option memory_probe_root), not the real machine.
+TEST(HostConfig, DefaultCapacityIsTheRamTheProcessCanUseUnderItsCgroupLimit) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::path(::testing::TempDir()) / ("host_probe_root_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  auto write = [&](const std::string& rel, const std::string& text) {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text;
+  };
+  write("proc/meminfo", "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n");
+  write("proc/self/cgroup", "0::/job\n");
+  write("sys/fs/cgroup/job/memory.max", std::to_string(uint64_t(3) << 30) + "\n");
+  write("sys/fs/cgroup/job/memory.current", std::to_string(uint64_t(1) << 30) + "\n");
+  {
+    auto backend = open_host();
+    ASSERT_NE(backend, nullptr);
+    ASSERT_TRUE(backend->init("devices=2;memory_probe_root=" + root.string()).ok());
+    EXPECT_EQ(total_memory(*backend, 0), uint64_t(2) << 30);
+    EXPECT_EQ(total_memory(*backend, 1), uint64_t(2) << 30);
+    size_t free = 0, total = 0;
+    ASSERT_EQ(backend->api().memory_info(0, &free, &total), TSR_OK);
+    EXPECT_EQ(total, size_t(2) << 30);
+  }
+  {
+    auto backend = open_host();
+    ASSERT_NE(backend, nullptr);
+    ASSERT_TRUE(backend->init("memory=8G;memory_probe_root=" + root.string()).ok());
+    EXPECT_EQ(total_memory(*backend, 0), uint64_t(8) << 30) << "an explicit size is kept";
+  }
+  fs::remove_all(root);
 }
 
 TEST(HostConfig, RefusesAnUnknownModeInTesseraHostDevices) {

@@ -25,6 +25,33 @@ bool mentions(const Status& s, const std::string& text) {
   return s.message().find(text) != std::string::npos;
 }
 
+// TESSERA_BUCKET_MB sizes the buckets when the options do not: a value that is not a finite,
+// positive number of MiB fails create() naming it (it used to be a warning and the default).
+TEST(BadInput, AMalformedBucketSizeVariableFailsCreateNamingIt) {
+  testing::expect_all_ok(
+      run_ranks(1,
+                [](int rank, int n) {
+                  auto r = Rank::make(rank, n);
+                  if (!r) return 2;
+                  for (const char* bad : {"inf", "abc", "nan", "-4", "0", "1e9", ""}) {
+                    setenv("TESSERA_BUCKET_MB", bad, 1);
+                    Status s = GradSync::create(r->comm, *r->device).status();
+                    CHILD_CHECK(s.code() == StatusCode::kInvalidArgument &&
+                                    mentions(s, std::string("TESSERA_BUCKET_MB='") + bad + "'"),
+                                "%s: %s", bad, s.to_string().c_str());
+                  }
+                  setenv("TESSERA_BUCKET_MB", "0.5", 1);
+                  auto sync = GradSync::create(r->comm, *r->device);
+                  CHILD_OK(sync.status());
+                  unsetenv("TESSERA_BUCKET_MB");
+                  auto fallback = default_bucket_bytes(*r->comm);
+                  CHILD_OK(fallback.status());
+                  CHILD_CHECK(*fallback >= (size_t(1) << 20), "alpha-beta rule: %zu", *fallback);
+                  CHILD_DONE(r);
+                }),
+      1);
+}
+
 TEST(BadInput, RegistrationsThatOverlapAreUnalignedOrDuplicateAreRefusedByName) {
   testing::expect_all_ok(
       run_ranks(1,

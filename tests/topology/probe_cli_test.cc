@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -65,6 +66,71 @@ TEST(ProbeCli, BadInputIsOneLineAndExitTwo) {
     EXPECT_TRUE(r.out.empty()) << args;
   }
   std::remove(bad_json.c_str());
+}
+
+}  // namespace
+
+// Issue 20: inputs a new user or an adversary tries, each refused by name with exit code 2.
+namespace {
+
+void expect_refused(const std::string& args, const std::string& expect) {
+  const CliRun r = probe(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.out.substr(0, 200);
+  EXPECT_NE(r.err.find(expect), std::string::npos) << args << ": " << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+}
+
+// The synthetic host's JSON with `edit` applied: a valid file to break one field of.
+std::string replayable(const std::function<void(nlohmann::json&)>& edit) {
+  const CliRun first = probe("--synthetic 'pack:1 numa:1 pu:2' --no-ucx --json");
+  EXPECT_EQ(first.code, 0) << first.err;
+  auto j = nlohmann::json::parse(first.out);
+  edit(j);
+  return j.dump();
+}
+
+TEST(ProbeBadInput, NonRegularFilesAreRefusedByNameWithoutReading) {
+  expect_refused("--from-json /dev/zero", "/dev/zero: not a regular file");
+  expect_refused("--from-json " + ::testing::TempDir(), ": is a directory");
+}
+
+TEST(ProbeBadInput, AnEmptySyntheticDescriptionIsNotTheLiveMachine) {
+  expect_refused("--synthetic '' --no-ucx", "--synthetic: empty description");
+  expect_refused("--from-json '' --no-ucx", "--from-json: empty file name");
+}
+
+TEST(ProbeBadInput, AHugeSyntheticHostIsRefusedInsteadOfHanging) {
+  expect_refused("--synthetic 'pack:1000000 pu:1' --no-ucx", "more than 16384 objects");
+}
+
+TEST(ProbeBadInput, NegativeCountsAndUnknownLinkEndpointsAreRefusedByField) {
+  const std::string negative =
+      temp_file("negative.json", replayable([](auto& j) { j["host"]["packages"] = -3; }));
+  expect_refused("--from-json " + negative, "field 'host.packages': expected an integer >= 0");
+  const std::string link =
+      temp_file("bad_link.json", replayable([](auto& j) {
+                  j["links"] = nlohmann::json::array({{{"a", "gpu:7"},
+                                                       {"b", "numa:0"},
+                                                       {"type", "host-bridge"},
+                                                       {"path", "PHB"},
+                                                       {"bandwidth_gbps", 1.0},
+                                                       {"bandwidth_source", "defaults"},
+                                                       {"measured_bandwidth_gbps", nullptr},
+                                                       {"measured_latency_us", nullptr}}});
+                }));
+  expect_refused("--from-json " + link, "field 'links[0].a': expected an accelerator id");
+  std::remove(negative.c_str());
+  std::remove(link.c_str());
+}
+
+TEST(ProbeBadInput, ControlCharactersInTheHostNameAreEscaped) {
+  const std::string file = temp_file(
+      "ctrl.json", replayable([](auto& j) { j["host"]["hostname"] = "evil\x1b[2J\nfake"; }));
+  const CliRun r = probe("--from-json " + file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_NE(r.out.find("Host evil\\x1b[2J\\x0afake"), std::string::npos) << r.out;
+  std::remove(file.c_str());
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 // Flags as nccl-tests (-b -e -f -i -n -w -c -a --root), plus -o for the operation, -d for the
 // type, -r for the reduction, --json. Buffers are device memory by default, as nccl-tests (-G 0 or
 // --memory host for host memory); the header says which memory and which route the communicator
-// takes for it. Rank 0 prints; every rank prints its own errors. Exit status: 0 ok, 1 a failed
-// operation or wrong results, 2 bad options.
+// takes for it. Rank 0 prints; every rank prints its own errors. Sizes whose buffers cannot fit
+// the device's free memory or the RAM the host's ranks can use (cgroup limit included) are
+// refused before anything is allocated. Exit status: 0 ok, 1 a failed operation or wrong
+// results, 2 bad options (a size that cannot fit included).
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
 #include "tessera/common/env.h"
+#include "tessera/common/host_memory.h"
 #include "tessera/hal/platform.h"
 
 namespace tessera::tools {
@@ -58,8 +61,46 @@ struct CliOptions {
 
 size_t parse_size(const std::string& flag, const std::string& text) {
   auto bytes = env::parse_bytes(text);
-  if (!bytes.ok()) fail(-1, flag + " '" + text + "': expected bytes such as 8, 64K, 16M, 1G", 2);
+  // Capped so that the buffer arithmetic (ranks x size, page rounding) cannot wrap.
+  if (!bytes.ok() || *bytes > (uint64_t(1) << 50)) {
+    fail(-1, flag + " '" + text + "': expected bytes such as 8, 64K, 16M, 1G (at most 1P)", 2);
+  }
   return size_t(*bytes);
+}
+
+// Whether the sweep's buffers fit before any is allocated: the device's free memory for the
+// device buffers, and the RAM this host's ranks can use (host_memory.h: MemAvailable and the
+// cgroup limit) for the host buffers of every local rank, plus their device buffers when the
+// device is a host device (its memory is that RAM). Past either, the run would be refused by
+// the allocator at best and OOM-killed without a message or swapped to a crawl at worst.
+Status check_memory(const BenchOptions& o, int nranks, int local_ranks) {
+  const bench_coll::MemoryNeed need = bench_coll::memory_need(o, nranks);
+  using host_memory::format_bytes;
+  const std::string what =
+      "-e " + format_bytes(o.max_bytes) + ": " + std::string(bench_coll::bench_op_name(o.op)) +
+      " over " + std::to_string(nranks) + " ranks needs buffers of " + format_bytes(need.largest);
+  bool device_is_ram = false;
+  if (o.device != nullptr) {
+    TSR_ASSIGN_OR_RETURN(const hal::MemoryInfo info, o.device->memory_info());
+    if (need.device > info.free_bytes) {
+      return resource_exhausted(what + ": " + format_bytes(need.device) + " of device memory (2 " +
+                                "buffers) on " + o.device->id() + ", which has " +
+                                format_bytes(info.free_bytes) + " free of " +
+                                format_bytes(info.total_bytes));
+    }
+    device_is_ram = o.device->backend_name() == "host";
+  }
+  const uint64_t per_rank = need.host + (device_is_ram ? need.device : 0);
+  const uint64_t ram = per_rank * uint64_t(std::max(local_ranks, 1));
+  const host_memory::HostMemory usable = host_memory::probe();
+  if (ram > usable.usable) {
+    return resource_exhausted(what + ": " + format_bytes(ram) + " of RAM on this host (" +
+                              std::to_string(std::max(local_ranks, 1)) + " local rank(s) x " +
+                              format_bytes(per_rank) +
+                              (device_is_ram ? ", host device memory included" : "") +
+                              "), but the ranks can use " + usable.describe());
+  }
+  return Status();
 }
 
 BenchOptions resolve(const CliOptions& c) {
@@ -194,6 +235,15 @@ void run(const CliOptions& c) {
   if (o.op == bench_coll::BenchOp::kSendRecv && comm.size() < 2) {
     fail(rank, "sendrecv needs at least 2 ranks", 2);
   }
+  // Every rank checks, and all stop if one cannot fit (the others would wait for it).
+  const Status fits = check_memory(o, comm.size(), (*bootstrap)->info().local_size);
+  int64_t refused = fits.ok() ? 0 : 1;
+  if (Status s = comm.allreduce(&refused, &refused, 1, hal::DType::kI64, hal::ReduceOp::kMax);
+      !s.ok()) {
+    fail(rank, s.to_string(), 1);
+  }
+  if (!fits.ok()) fail(rank, fits.message(), 2);
+  if (refused != 0) fail(rank, "another rank's buffers do not fit (see its message)", 2);
   bench_coll::RunInfo info = gather_run_info(**bootstrap, comm);
   if (device) {
     info.memory = "device " + device->id() +

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "tessera/common/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -20,6 +21,12 @@ int main(int argc, char** argv) {
   tessera::tools::add_plan_command(app);
   tessera::tools::add_probe_command(app);
   tessera::tools::add_version_command(app);
+  // A malformed TESSERA_LOG / TESSERA_LOG_SUBSYS is a bad option like any other (exit 2), not a
+  // warning the logger prints and a default it falls back to.
+  if (tessera::Status env = tessera::log::check_environment(); !env.ok()) {
+    std::fprintf(stderr, "tessera: %s\n", env.message().c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "format.h"
 #include "tessera/common/env.h"
+#include "tessera/common/untrusted.h"
 #include "tessera/ir/loaders.h"
 #include "tessera/plan/calibration.h"
 #include "tessera/plan/replan.h"
@@ -43,9 +44,12 @@ T check(Result<T> result) {
   return std::move(result).value();
 }
 
-int64_t positive(const std::string& flag, const std::string& text) {
+// An integer flag in 1..max (the planner's limits, plan.h / cluster.h).
+int64_t positive(const std::string& flag, const std::string& text, int64_t max) {
   auto v = env::parse_int(text);
-  if (!v.ok() || *v < 1) fail(flag + " must be a positive integer, got '" + text + "'");
+  if (!v.ok() || *v < 1 || *v > max) {
+    fail(flag + " must be an integer in 1.." + std::to_string(max) + ", got '" + text + "'");
+  }
   return *v;
 }
 
@@ -203,10 +207,11 @@ void run_plan(const PlanOptions& o) {
                                   ? plan::cluster_from_calibration(*calibration)
                                   : check(plan::load_cluster(o.cluster, calibration.has_value()));
   if (!o.devices.empty())
-    cluster = check(plan::with_devices(cluster, positive("--devices", o.devices)));
+    cluster =
+        check(plan::with_devices(cluster, positive("--devices", o.devices, plan::kMaxDevices)));
   plan::SearchConstraints constraints;
   if (Status s = plan::parse_fixes(o.fix, &constraints); !s.ok()) fail(s.message());
-  constraints.top = static_cast<int>(positive("--top", o.top));
+  constraints.top = static_cast<int>(positive("--top", o.top, 1 << 20));
   if (o.attention != "flash" && o.attention != "materialized") {
     fail("--attention must be flash or materialized, got '" + o.attention + "'");
   }
@@ -220,8 +225,8 @@ void run_plan(const PlanOptions& o) {
     std::cout << (o.json ? plan::phases_json(report) : plan::phases_text(report));
     return;
   }
-  const plan::Workload w{positive("--global-batch", o.global_batch),
-                         positive("--seq-len", o.seq_len), dtype};
+  const plan::Workload w{positive("--global-batch", o.global_batch, plan::kMaxGlobalBatch),
+                         positive("--seq-len", o.seq_len, plan::kMaxSeqLen), dtype};
   const plan::SearchResult r = check(plan::search_plans(model, cluster, w, constraints, options));
   if (!o.timeline.empty()) {
     const plan::Estimate& best = r.plans.front();
@@ -235,16 +240,18 @@ void run_plan(const PlanOptions& o) {
     return;
   }
   const plan::ClusterSpec& c = cluster;
-  std::cout << "model    " << model.name << ": " << fixed(ir::model_params(model) / 1e9, 2)
-            << " B parameters, " << model.num_blocks << " layers, hidden " << model.hidden << ", "
-            << model.heads << " heads (" << model.kv_heads << " kv), vocab " << model.vocab
+  // Names come from files: printable() keeps their control characters off the terminal.
+  std::cout << "model    " << printable(model.name) << ": "
+            << fixed(ir::model_params(model) / 1e9, 2) << " B parameters, " << model.num_blocks
+            << " layers, hidden " << model.hidden << ", " << model.heads << " heads ("
+            << model.kv_heads << " kv), vocab " << model.vocab
             << (model.experts ? ", " + std::to_string(model.experts) + " experts" : "") << "\n"
-            << "cluster  " << c.name << ": " << c.hosts << " x " << c.devices_per_host << " "
-            << c.device.name << " (" << fixed(c.device.memory_gib, 0) << " GiB, "
+            << "cluster  " << printable(c.name) << ": " << c.hosts << " x " << c.devices_per_host
+            << " " << printable(c.device.name) << " (" << fixed(c.device.memory_gib, 0) << " GiB, "
             << fixed(c.device.peak_flops(dtype) / 1e12, 0) << " TFLOP/s " << o.dtype << "), "
-            << c.intra_host.link << " " << fixed(c.intra_host.busbw_gbps, 0) << " GB/s busbw, "
-            << c.inter_host.nics_per_host << " x " << c.inter_host.link << " "
-            << fixed(c.inter_host.busbw_gbps, 1) << " GB/s\n"
+            << printable(c.intra_host.link) << " " << fixed(c.intra_host.busbw_gbps, 0)
+            << " GB/s busbw, " << c.inter_host.nics_per_host << " x "
+            << printable(c.inter_host.link) << " " << fixed(c.inter_host.busbw_gbps, 1) << " GB/s\n"
             << "step     " << w.global_batch << " sequences x " << w.seq_len << " tokens\n"
             << "search   " << r.candidates << " candidates, " << r.evaluated << " priced, "
             << r.feasible << " fit in " << fixed(r.plans.front().memory_budget_bytes / kGiB, 1)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "tessera/common/untrusted.h"
 #include "tessera/topo/cluster.h"
 #include "tessera/topo/discover.h"
 #include "tessera/topo/json.h"
@@ -29,6 +30,8 @@ struct ProbeOptions {
   std::string cluster;  // "hosts=N"
   std::string preset;
   std::string backends;
+  // Given on the command line (an empty value is refused, not read as "not given").
+  bool has_hwloc_xml = false, has_synthetic = false, has_from_json = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -54,7 +57,20 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) fail(path + ": could not write");
 }
 
+// A source flag with an empty value must not fall back silently to the live machine.
+void check_sources(const ProbeOptions& o) {
+  if (o.has_synthetic && o.synthetic.empty()) {
+    fail("--synthetic: empty description; expected e.g. \"pack:2 numa:2 core:4 pu:2\"");
+  }
+  if (o.has_hwloc_xml && o.hwloc_xml.empty()) fail("--hwloc-xml: empty file name");
+  if (o.has_from_json && o.from_json.empty()) fail("--from-json: empty file name");
+  if (o.has_synthetic + o.has_hwloc_xml + o.has_from_json > 1) {
+    fail("--synthetic, --hwloc-xml and --from-json are alternatives: give one");
+  }
+}
+
 void run(const ProbeOptions& o) {
+  check_sources(o);
   if (!o.preset.empty()) {
     auto cluster = topo::cluster_preset(o.preset);
     if (!cluster.ok()) fail(cluster.status().message());
@@ -63,12 +79,12 @@ void run(const ProbeOptions& o) {
   }
   std::shared_ptr<hal::Platform> platform;
   Result<topo::Topology> probed = topo::Topology{};
-  if (!o.from_json.empty()) {
+  if (o.has_from_json) {
     probed = topo::load_json_file(o.from_json);
   } else {
     topo::DiscoverOptions options;
-    if (!o.hwloc_xml.empty()) options.hwloc = {topo::HwlocSource::Kind::kXmlFile, o.hwloc_xml};
-    if (!o.synthetic.empty()) options.hwloc = {topo::HwlocSource::Kind::kSynthetic, o.synthetic};
+    if (o.has_hwloc_xml) options.hwloc = {topo::HwlocSource::Kind::kXmlFile, o.hwloc_xml};
+    if (o.has_synthetic) options.hwloc = {topo::HwlocSource::Kind::kSynthetic, o.synthetic};
     options.ucx = !o.no_ucx;
     if (!o.backends.empty()) options.platform.registry.selection = o.backends;
     probed = topo::discover(options, &platform);
@@ -88,11 +104,11 @@ void run(const ProbeOptions& o) {
     if (o.json) {
       std::cout << topo::cluster_to_json(cluster);
     } else {
-      std::cout << "Cluster " << cluster.name << ": " << cluster.host_count() << " hosts, "
-                << cluster.accelerator_count() << " accelerators, " << cluster.network.nics_per_host
-                << " x " << cluster.network.link << " NICs per host at "
-                << cluster.network.bandwidth_gbps_per_nic << " GB/s (" << cluster.network.source
-                << "); --json for the spec\n";
+      std::cout << "Cluster " << printable(cluster.name) << ": " << cluster.host_count()
+                << " hosts, " << cluster.accelerator_count() << " accelerators, "
+                << cluster.network.nics_per_host << " x " << cluster.network.link
+                << " NICs per host at " << cluster.network.bandwidth_gbps_per_nic << " GB/s ("
+                << cluster.network.source << "); --json for the spec\n";
     }
     return;
   }
@@ -113,9 +129,9 @@ void run(const ProbeOptions& o) {
       }
       for (const auto& l : t.links) {
         if (!l.measured_bandwidth_gbps) continue;
-        std::cout << "  " << l.a << " -> " << l.b << ": " << *l.measured_bandwidth_gbps
-                  << " GB/s (declared " << l.bandwidth_gbps << ", " << l.bandwidth_source << "), "
-                  << l.measured_latency_us.value_or(0) << " us\n";
+        std::cout << "  " << printable(l.a) << " -> " << printable(l.b) << ": "
+                  << *l.measured_bandwidth_gbps << " GB/s (declared " << l.bandwidth_gbps << ", "
+                  << l.bandwidth_source << "), " << l.measured_latency_us.value_or(0) << " us\n";
       }
     }
   }
@@ -134,16 +150,24 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--dot", o->dot, "Write a Graphviz graph to FILE");
   cmd->add_flag("--measure", o->measure,
                 "Measure host memory, host<->device, device<->device and UCX loopback bandwidth");
-  cmd->add_option("--hwloc-xml", o->hwloc_xml, "Read the host from an hwloc XML file");
-  cmd->add_option("--synthetic", o->synthetic, "Use an hwloc synthetic description");
-  cmd->add_option("--from-json", o->from_json, "Replay a topology JSON written by --json");
+  CLI::Option* xml =
+      cmd->add_option("--hwloc-xml", o->hwloc_xml, "Read the host from an hwloc XML file");
+  CLI::Option* synthetic = cmd->add_option(
+      "--synthetic", o->synthetic, "Use an hwloc synthetic description (at most 16384 objects)");
+  CLI::Option* from_json =
+      cmd->add_option("--from-json", o->from_json, "Replay a topology JSON written by --json");
   cmd->add_option("--cluster", o->cluster, "Turn the probe into a cluster spec: hosts=N");
   cmd->add_option("--preset", o->preset,
                   "Print a preset cluster spec (dgx-a100-80gb, dgx-h100, ascend-910b-8, mi250x-8)");
   cmd->add_flag("--no-ucx", o->no_ucx, "Do not probe UCX");
   cmd->add_option("--backends", o->backends,
                   "Comma-separated backends to load (default: $TESSERA_BACKENDS, else all)");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, xml, synthetic, from_json] {
+    o->has_hwloc_xml = xml->count() > 0;
+    o->has_synthetic = synthetic->count() > 0;
+    o->has_from_json = from_json->count() > 0;
+    run(*o);
+  });
 }
 
 }  // namespace tessera::tools

@@ -1,10 +1,10 @@
 // Cluster specs: presets from public figures, the local probe scaled out, and the JSON form.
 #include "tessera/topo/cluster.h"
 
-#include <fstream>
-#include <sstream>
+#include <cmath>
 
 #include "json_reader.h"
+#include "tessera/common/untrusted.h"
 #include "tessera/topo/links.h"
 
 namespace tessera::topo {
@@ -221,7 +221,7 @@ Result<ClusterSpec> cluster_from_json(std::string_view text, std::string_view so
       std::string p = JsonReader::index("hosts", i);
       HostGroup g;
       if (!r.object((*hosts)[i], p) || !r.get((*hosts)[i], p, "count", g.count)) break;
-      if (g.count < 1) r.fail(p + ".count", "a positive integer");
+      r.check(g.count >= 1 && g.count <= (1 << 24), p + ".count", "an integer in 1..16777216");
       auto topo = (*hosts)[i].find("topology");
       if (topo == (*hosts)[i].end()) {
         r.fail(p + ".topology", "an object (missing)");
@@ -240,6 +240,12 @@ Result<ClusterSpec> cluster_from_json(std::string_view text, std::string_view so
     r.get(*net, "network", "bandwidth_gbps_per_nic", c.network.bandwidth_gbps_per_nic);
     r.get(*net, "network", "latency_us", c.network.latency_us);
     r.get(*net, "network", "source", c.network.source);
+    r.check(c.network.nics_per_host >= 0, "network.nics_per_host", "an integer >= 0");
+    r.check(
+        c.network.bandwidth_gbps_per_nic >= 0 && std::isfinite(c.network.bandwidth_gbps_per_nic),
+        "network.bandwidth_gbps_per_nic", "a number >= 0");
+    r.check(c.network.latency_us >= 0 && std::isfinite(c.network.latency_us), "network.latency_us",
+            "a number >= 0");
   }
   if (!r.ok()) return r.status();
   return c;
@@ -249,13 +255,12 @@ Result<ClusterSpec> load_cluster(const std::string& preset_or_path) {
   for (const auto& name : cluster_preset_names()) {
     if (name == preset_or_path) return cluster_preset(name);
   }
-  std::ifstream in(preset_or_path);
-  if (!in) {
+  Result<std::string> text = read_text_file(preset_or_path, kMaxConfigFileBytes);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
     return not_found(preset_or_path + ": neither a cluster preset nor a readable file");
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return cluster_from_json(buffer.str(), preset_or_path);
+  if (!text.ok()) return text.status();
+  return cluster_from_json(*text, preset_or_path);
 }
 
 }  // namespace tessera::topo

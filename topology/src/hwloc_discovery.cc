@@ -258,6 +258,40 @@ class Walker {
   std::map<std::string, std::string> gpu_model_;
 };
 
+// hwloc builds every object a synthetic description names, and the walk above is not linear in
+// them: "pack:1000000 pu:1" would run for minutes. The objects are the running products of the
+// level counts ("pack:2 core:4 pu:2": 2 + 8 + 16); attributes in parentheses are skipped.
+constexpr uint64_t kMaxSyntheticObjects = 16384;
+
+Status check_synthetic_size(const std::string& desc) {
+  uint64_t level = 1, total = 0;
+  size_t i = 0;
+  while (i < desc.size()) {
+    if (desc[i] == '(') {
+      const size_t close = desc.find(')', i);
+      i = close == std::string::npos ? desc.size() : close + 1;
+      continue;
+    }
+    if (desc[i] != ':') {
+      ++i;
+      continue;
+    }
+    uint64_t count = 0;
+    for (++i; i < desc.size() && desc[i] >= '0' && desc[i] <= '9'; ++i) {
+      count = std::min<uint64_t>(count * 10 + static_cast<uint64_t>(desc[i] - '0'), 1ull << 32);
+    }
+    level = std::min<uint64_t>(level * std::max<uint64_t>(count, 1), 1ull << 32);
+    total += level;
+    if (total > kMaxSyntheticObjects) {
+      return invalid_argument("hwloc synthetic description '" + desc + "': more than " +
+                              std::to_string(kMaxSyntheticObjects) +
+                              " objects (the product of the level counts); describe a smaller "
+                              "host");
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status discover_hwloc(const HwlocSource& source, Topology& topo) {
@@ -277,6 +311,7 @@ Status discover_hwloc(const HwlocSource& source, Topology& topo) {
       topo.host.source = "hwloc-xml:" + source.arg;
       break;
     case HwlocSource::Kind::kSynthetic:
+      TSR_RETURN_IF_ERROR(check_synthetic_size(source.arg));
       if (hwloc_topology_set_synthetic(t, source.arg.c_str()) != 0) {
         return invalid_argument("hwloc synthetic description '" + source.arg +
                                 "': not understood; expected e.g. \"pack:2 numa:2 core:4 pu:2\"");

@@ -2,10 +2,10 @@
 // field is added to both in one place.
 #include "tessera/topo/json.h"
 
-#include <fstream>
-#include <sstream>
+#include <cmath>
 
 #include "json_reader.h"
+#include "tessera/common/untrusted.h"
 
 namespace tessera::topo {
 namespace {
@@ -32,6 +32,36 @@ void read_array(JsonReader& r, const Json& parent, const std::string& path, cons
     fn((*arr)[i], p, item);
     out.push_back(std::move(item));
   }
+}
+
+// Counts and figures a replayed file may not make negative (or infinite): -1 is "unknown" only
+// for NUMA node fields.
+void at_least(JsonReader& r, const std::string& path, const char* key, int64_t v, int64_t min) {
+  r.check(v >= min, JsonReader::join(path, key), "an integer >= " + std::to_string(min));
+}
+void non_negative(JsonReader& r, const std::string& path, const char* key, double v) {
+  r.check(v >= 0 && std::isfinite(v), JsonReader::join(path, key), "a number >= 0");
+}
+void non_negative(JsonReader& r, const std::string& path, const char* key,
+                  const std::optional<double>& v) {
+  if (v) non_negative(r, path, key, *v);
+}
+
+// A link endpoint must be something of this topology (links.h): an accelerator id,
+// "nic:<name>" of a listed NIC or "numa:<index>" of a listed NUMA node (numa:0 when none is).
+bool known_endpoint(const Topology& t, const std::string& id) {
+  if (t.find_accelerator(id) != nullptr) return true;
+  for (const auto& n : t.nics) {
+    if (id == "nic:" + n.name) return true;
+  }
+  if (t.numa_nodes.empty() && id == "numa:0") return true;
+  for (const auto& n : t.numa_nodes) {
+    if (id == "numa:" + std::to_string(n.os_index)) return true;
+  }
+  for (const auto& a : t.accelerators) {
+    if (a.numa_node >= 0 && id == "numa:" + std::to_string(a.numa_node)) return true;
+  }
+  return false;
 }
 
 Json host_json(const Host& h) {
@@ -77,6 +107,10 @@ void read_ucx(JsonReader& r, const Json& j, const std::string& p, UcxInfo& u) {
     r.get(e, q, "operations", t.operations);
     r.get(e, q, "measured_bandwidth_gbps", t.measured_bandwidth_gbps);
     r.get(e, q, "measured_latency_us", t.measured_latency_us);
+    non_negative(r, q, "bandwidth_gbps", t.bandwidth_gbps);
+    non_negative(r, q, "latency_us", t.latency_us);
+    non_negative(r, q, "measured_bandwidth_gbps", t.measured_bandwidth_gbps);
+    non_negative(r, q, "measured_latency_us", t.measured_latency_us);
   });
 }
 
@@ -176,18 +210,24 @@ void detail::read_topology(JsonReader& r, const Json& j, const std::string& root
     r.get(*hj, host_path, "cores", t.host.cores);
     r.get(*hj, host_path, "pus", t.host.pus);
     r.get(*hj, host_path, "memory_bytes", t.host.memory_bytes);
+    at_least(r, host_path, "packages", t.host.packages, 0);
+    at_least(r, host_path, "cores", t.host.cores, 0);
+    at_least(r, host_path, "pus", t.host.pus, 0);
   }
   read_array(r, j, root, "numa_nodes", t.numa_nodes, [&](const Json& e, auto& p, NumaNode& n) {
     r.get(e, p, "os_index", n.os_index);
     r.get(e, p, "memory_bytes", n.memory_bytes);
     r.get(e, p, "cpuset", n.cpuset);
     r.get(e, p, "measured_memory_bandwidth_gbps", n.measured_memory_bandwidth_gbps);
+    at_least(r, p, "os_index", n.os_index, 0);
+    non_negative(r, p, "measured_memory_bandwidth_gbps", n.measured_memory_bandwidth_gbps);
   });
   read_array(r, j, root, "pci_bridges", t.pci_bridges, [&](const Json& e, auto& p, PciBridge& b) {
     r.get(e, p, "id", b.id);
     r.get(e, p, "kind", b.kind);
     r.get(e, p, "parent", b.parent);
     r.get(e, p, "numa_node", b.numa_node);
+    at_least(r, p, "numa_node", b.numa_node, -1);
   });
   read_array(r, j, root, "pci_devices", t.pci_devices, [&](const Json& e, auto& p, PciDevice& d) {
     r.get(e, p, "bus_id", d.bus_id);
@@ -198,6 +238,8 @@ void detail::read_topology(JsonReader& r, const Json& j, const std::string& root
     r.get(e, p, "parent", d.parent);
     r.get(e, p, "numa_node", d.numa_node);
     r.get(e, p, "link_gbps", d.link_gbps);
+    at_least(r, p, "numa_node", d.numa_node, -1);
+    non_negative(r, p, "link_gbps", d.link_gbps);
   });
   read_array(r, j, root, "os_devices", t.os_devices, [&](const Json& e, auto& p, OsDevice& d) {
     r.get(e, p, "name", d.name);
@@ -218,6 +260,9 @@ void detail::read_topology(JsonReader& r, const Json& j, const std::string& root
                r.get(e, p, "numa_node", a.numa_node);
                r.get(e, p, "memory_bandwidth_gbps", a.memory_bandwidth_gbps);
                r.get(e, p, "os_devices", a.os_devices);
+               at_least(r, p, "index", a.index, 0);
+               at_least(r, p, "numa_node", a.numa_node, -1);
+               non_negative(r, p, "memory_bandwidth_gbps", a.memory_bandwidth_gbps);
              });
   read_array(r, j, root, "nics", t.nics, [&](const Json& e, auto& p, Nic& n) {
     r.get(e, p, "name", n.name);
@@ -225,6 +270,7 @@ void detail::read_topology(JsonReader& r, const Json& j, const std::string& root
     r.get(e, p, "pci_bus_id", n.pci_bus_id);
     r.get(e, p, "numa_node", n.numa_node);
     r.get(e, p, "ucx_transports", n.ucx_transports);
+    at_least(r, p, "numa_node", n.numa_node, -1);
   });
   auto uj = j.find("ucx");
   if (uj == j.end()) {
@@ -256,6 +302,14 @@ void detail::read_topology(JsonReader& r, const Json& j, const std::string& root
     r.get(e, p, "bandwidth_source", l.bandwidth_source);
     r.get(e, p, "measured_bandwidth_gbps", l.measured_bandwidth_gbps);
     r.get(e, p, "measured_latency_us", l.measured_latency_us);
+    non_negative(r, p, "bandwidth_gbps", l.bandwidth_gbps);
+    non_negative(r, p, "measured_bandwidth_gbps", l.measured_bandwidth_gbps);
+    non_negative(r, p, "measured_latency_us", l.measured_latency_us);
+    for (const auto* end : {&l.a, &l.b}) {
+      r.check(!r.ok() || known_endpoint(t, *end), p + (end == &l.a ? ".a" : ".b"),
+              "an accelerator id, nic:<name> or numa:<index> of this topology, got '" +
+                  printable(*end) + "'");
+    }
   });
   r.get(j, root, "skipped", t.skipped);
 }
@@ -270,11 +324,8 @@ Result<Topology> from_json(std::string_view text, std::string_view source) {
 }
 
 Result<Topology> load_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found(path + ": cannot open topology JSON");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_json(buffer.str(), path);
+  TSR_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxConfigFileBytes));
+  return from_json(text, path);
 }
 
 }  // namespace tessera::topo

@@ -1,5 +1,6 @@
 #include "json_reader.h"
 
+#include <cstdint>
 #include <cstdio>
 
 namespace tessera::topo::detail {
@@ -61,7 +62,11 @@ bool JsonReader::get(const Json& j, const std::string& path, const char* key, st
 bool JsonReader::get(const Json& j, const std::string& path, const char* key, int& out) {
   const Json* v = field(j, path, key, "an integer");
   if (!v) return false;
-  if (!v->is_number_integer()) return fail(join(path, key), "an integer");
+  // Out of int range is refused, not truncated.
+  if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX) ||
+      v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX) {
+    return fail(join(path, key), "an integer");
+  }
   out = v->get<int>();
   return true;
 }

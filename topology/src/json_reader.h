@@ -24,6 +24,10 @@ class JsonReader {
   bool parse(std::string_view text, Json& out);
 
   bool fail(const std::string& path, const std::string& expected);
+  // Records "field '<path>': expected <expected>" unless `valid`; returns `valid`.
+  bool check(bool valid, const std::string& path, const std::string& expected) {
+    return valid || fail(path, expected);
+  }
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 

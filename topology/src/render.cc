@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tessera/common/untrusted.h"
+
 namespace tessera::topo {
 namespace {
 
@@ -21,7 +23,9 @@ std::string numa_text(int numa) {
   return numa < 0 ? "-" : std::to_string(numa);
 }
 
-std::string pad(const std::string& text, size_t width) {
+// Names come from the machine or a replayed file: control characters are escaped (printable()).
+std::string pad(const std::string& raw, size_t width) {
+  const std::string text = printable(raw);
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
 }
 
@@ -29,11 +33,12 @@ std::string pad(const std::string& text, size_t width) {
 
 std::string summary_text(const Topology& t) {
   std::ostringstream out;
-  out << "Host " << (t.host.hostname.empty() ? "(unnamed)" : t.host.hostname) << " ["
-      << t.host.source << "]: " << t.host.packages << " packages, " << t.host.cores << " cores, "
-      << t.host.pus << " PUs, " << gib(t.host.memory_bytes) << "\n";
+  out << "Host " << (t.host.hostname.empty() ? "(unnamed)" : printable(t.host.hostname)) << " ["
+      << printable(t.host.source) << "]: " << t.host.packages << " packages, " << t.host.cores
+      << " cores, " << t.host.pus << " PUs, " << gib(t.host.memory_bytes) << "\n";
   for (const auto& n : t.numa_nodes) {
-    out << "  NUMA " << n.os_index << ": " << gib(n.memory_bytes) << ", cpus " << n.cpuset;
+    out << "  NUMA " << n.os_index << ": " << gib(n.memory_bytes) << ", cpus "
+        << printable(n.cpuset);
     if (n.measured_memory_bandwidth_gbps) {
       out << ", measured copy " << gb(*n.measured_memory_bandwidth_gbps) << " GB/s";
     }
@@ -46,7 +51,7 @@ std::string summary_text(const Topology& t) {
     if (a.memory_bytes) out << ", " << gib(a.memory_bytes);
     if (!a.os_devices.empty()) {
       out << ", os:";
-      for (const auto& os : a.os_devices) out << " " << os;
+      for (const auto& os : a.os_devices) out << " " << printable(os);
     }
     out << "\n";
   }
@@ -56,14 +61,14 @@ std::string summary_text(const Topology& t) {
         << pad(n.pci_bus_id.empty() ? "-" : n.pci_bus_id, 14) << "numa " << numa_text(n.numa_node);
     if (!n.ucx_transports.empty()) {
       out << ", ucx:";
-      for (const auto& tl : n.ucx_transports) out << " " << tl;
+      for (const auto& tl : n.ucx_transports) out << " " << printable(tl);
     }
     out << "\n";
   }
   if (t.ucx.available) {
-    out << "UCX " << t.ucx.version << ": " << t.ucx.transports.size()
+    out << "UCX " << printable(t.ucx.version) << ": " << t.ucx.transports.size()
         << " transports, memory types:";
-    for (const auto& m : t.ucx.memory_types) out << " " << m;
+    for (const auto& m : t.ucx.memory_types) out << " " << printable(m);
     out << "\n";
     for (const auto& tl : t.ucx.transports) {
       out << "  " << pad(tl.transport + "/" + tl.device, 22) << pad(tl.device_type, 12)
@@ -77,7 +82,7 @@ std::string summary_text(const Topology& t) {
   }
   if (!t.skipped.empty()) {
     out << "Skipped:\n";
-    for (const auto& s : t.skipped) out << "  " << s << "\n";
+    for (const auto& s : t.skipped) out << "  " << printable(s) << "\n";
   }
   return out.str();
 }
@@ -113,7 +118,7 @@ std::string matrix_text(const Topology& t) {
     }
     std::string cpus = "-";
     for (const auto& node : t.numa_nodes) {
-      if (node.os_index == numa[i]) cpus = node.cpuset;
+      if (node.os_index == numa[i]) cpus = printable(node.cpuset);
     }
     out << pad(numa_text(numa[i]), 6) << cpus << "\n";
   }
@@ -132,7 +137,12 @@ std::string matrix_text(const Topology& t) {
 
 std::string dot_text(const Topology& t) {
   std::ostringstream out;
-  auto q = [](const std::string& s) { return "\"" + s + "\""; };
+  // Quoted Graphviz ids and labels: names must not end the quote or carry control characters.
+  auto q = [](const std::string& s) {
+    std::string quoted = "\"";
+    for (const char c : printable(s)) quoted += c == '"' ? std::string("\\\"") : std::string(1, c);
+    return quoted + "\"";
+  };
   out << "graph topology {\n  rankdir=TB;\n  node [fontname=\"Helvetica\"];\n";
   for (const auto& n : t.numa_nodes) {
     out << "  " << q("numa:" + std::to_string(n.os_index)) << " [shape=box, label="

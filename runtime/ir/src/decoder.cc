@@ -10,6 +10,33 @@ std::string num(int64_t v) {
   return std::to_string(v);
 }
 
+// The IR's limits (model.h) under the config.json names, checked before the layer list is built:
+// a num_hidden_layers of 10^12 must be refused, not allocated.
+Status check_limits(const DecoderConfig& c) {
+  const struct {
+    const char* field;
+    int64_t value, max;
+  } limits[] = {
+      {"hidden_size", c.hidden, kMaxWidth},
+      {"num_hidden_layers", c.layers, (kMaxLayers - 3) / 4},  // 4 layers a block, 3 outside
+      {"num_attention_heads", c.heads, kMaxHeads},
+      {"num_key_value_heads", c.kv_heads, kMaxHeads},
+      {"head_dim", c.head_dim, kMaxWidth},
+      {"intermediate_size", c.ffn, kMaxFfn},
+      {"vocab_size", c.vocab, kMaxVocab},
+      {"n_positions", c.learned_positions, kMaxVocab},
+      {"max_position_embeddings", c.max_seq_len, kMaxVocab},
+      {"num_local_experts", c.experts, kMaxExperts},
+  };
+  for (const auto& l : limits) {
+    if (l.value > l.max) {
+      return invalid_argument(c.name + ": " + l.field + " " + num(l.value) +
+                              " exceeds the limit of " + num(l.max));
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<Model> build_decoder(const DecoderConfig& c) {
@@ -18,6 +45,7 @@ Result<Model> build_decoder(const DecoderConfig& c) {
   if (c.layers <= 0) return invalid_argument(n + ": num_hidden_layers must be positive");
   if (c.heads <= 0) return invalid_argument(n + ": num_attention_heads must be positive");
   if (c.vocab <= 0) return invalid_argument(n + ": vocab_size must be positive");
+  TSR_RETURN_IF_ERROR(check_limits(c));
   const int64_t kv = c.kv_heads > 0 ? c.kv_heads : c.heads;
   if (c.head_dim == 0 && c.hidden % c.heads != 0) {
     return invalid_argument(n + ": hidden_size " + num(c.hidden) +

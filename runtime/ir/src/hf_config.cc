@@ -44,11 +44,14 @@ class Fields {
   const std::string& source() const { return source_; }
 
  private:
+  // Bounded by the largest of the IR's limits (model.h), so that defaults such as 4 x n_embd
+  // cannot overflow; build_decoder then applies each field's own limit.
   Result<int64_t> positive(const char* key) const {
     const Json& v = json_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-      return invalid_argument(source_ + ": field '" + key + "' must be a positive integer, got " +
-                              v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kMaxVocab) {
+      return invalid_argument(source_ + ": field '" + key +
+                              "' must be a positive integer (at most " + std::to_string(kMaxVocab) +
+                              "), got " + v.dump());
     }
     return v.get<int64_t>();
   }

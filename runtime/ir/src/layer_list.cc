@@ -1,11 +1,10 @@
 // The generic JSON layer list and load_model. Top-level "hidden", "vocab", "bias", "dropout" are
 // defaults for every layer; a layer's own field wins.
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/common/untrusted.h"
 #include "tessera/ir/loaders.h"
 
 namespace tessera::ir {
@@ -19,7 +18,18 @@ struct Parser {
   Model model;
   int next_block = 0;
 
-  // Field of `layer` (or the top-level default) as a positive integer; `fallback` < 0: required.
+  // The IR's limit (model.h) for a field of the layer list.
+  static int64_t limit_of(std::string_view key) {
+    if (key == "hidden" || key == "head_dim") return kMaxWidth;
+    if (key == "ffn") return kMaxFfn;
+    if (key == "heads" || key == "kv_heads") return kMaxHeads;
+    if (key == "experts" || key == "top_k") return kMaxExperts;
+    if (key == "repeat") return kMaxLayers;
+    return kMaxVocab;  // vocab, positions, max_seq_len
+  }
+
+  // Field of `layer` (or the top-level default) as a non-negative integer within its limit;
+  // `fallback` < 0: required.
   Result<int64_t> integer(const Json& layer, const std::string& where, const char* key,
                           int64_t fallback) const {
     const Json* v =
@@ -28,9 +38,11 @@ struct Parser {
       if (fallback >= 0) return fallback;
       return invalid_argument(source + ": " + where + ": field '" + key + "' missing");
     }
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+    const int64_t max = limit_of(key);
+    if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max) {
       return invalid_argument(source + ": " + where + ": field '" + key +
-                              "' must be a non-negative integer, got " + v->dump());
+                              "' must be an integer in 0.." + std::to_string(max) + ", got " +
+                              v->dump());
     }
     return v->get<int64_t>();
   }
@@ -122,6 +134,14 @@ struct Parser {
                                layer(j["layers"][k], where + ".layers[" + std::to_string(k) + "]"));
           group.push_back(l);
         }
+        // Checked before the copies are made: a repeat of 10^12 is refused, not allocated.
+        const auto room = static_cast<int64_t>(kMaxLayers - model.layers.size());
+        if (repeat > room / static_cast<int64_t>(group.size())) {
+          return invalid_argument(source + ": " + where + ": repeat " + std::to_string(repeat) +
+                                  " x " + std::to_string(group.size()) +
+                                  " layers exceeds the limit of " + std::to_string(kMaxLayers) +
+                                  " layers in a model");
+        }
         for (int64_t r = 0; r < repeat; ++r) {
           for (const Layer& l : group) add(l, next_block);
           ++next_block;
@@ -129,6 +149,10 @@ struct Parser {
         continue;
       }
       TSR_ASSIGN_OR_RETURN(Layer l, layer(j, where));
+      if (static_cast<int64_t>(model.layers.size()) >= kMaxLayers) {
+        return invalid_argument(source + ": " + where + ": more than " +
+                                std::to_string(kMaxLayers) + " layers in a model");
+      }
       if (i >= post_start) {
         add(l, kPostBlock);
       } else if (l.kind == LayerKind::kEmbedding && next_block == 0) {
@@ -141,12 +165,11 @@ struct Parser {
   }
 };
 
+// Bounded, regular files only (/dev/zero, a FIFO or a directory are refused by name).
 Result<std::string> read_file(std::string_view path) {
-  std::ifstream in{std::string(path)};
-  if (!in) return not_found(std::string(path) + ": cannot open (not a file or a known preset)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  Result<std::string> text = read_text_file(std::string(path), kMaxConfigFileBytes);
+  if (text.ok() || text.status().code() != StatusCode::kNotFound) return text;
+  return not_found(std::string(path) + ": cannot open (not a file or a known preset)");
 }
 
 }  // namespace

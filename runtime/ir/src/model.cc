@@ -59,8 +59,52 @@ void finalize_model(Model& model) {
   }
 }
 
+namespace {
+
+// One size against its limit; `what` names the field the way the error shows it.
+Status within(const std::string& where, const char* what, int64_t value, int64_t max) {
+  if (value <= max) return Status();
+  return invalid_argument(where + what + " " + std::to_string(value) + " exceeds the limit of " +
+                          std::to_string(max));
+}
+
+Status check_limits(const std::string& where, const Layer& l) {
+  TSR_RETURN_IF_ERROR(within(where, "hidden size", l.hidden, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "head_dim", l.head_dim, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "ffn size", l.ffn, kMaxFfn));
+  TSR_RETURN_IF_ERROR(within(where, "heads", l.heads, kMaxHeads));
+  TSR_RETURN_IF_ERROR(within(where, "kv_heads", l.kv_heads, kMaxHeads));
+  TSR_RETURN_IF_ERROR(within(where, "vocab size", l.vocab, kMaxVocab));
+  TSR_RETURN_IF_ERROR(within(where, "positions", l.positions, kMaxVocab));
+  TSR_RETURN_IF_ERROR(within(where, "experts", l.experts, kMaxExperts));
+  if (l.head_dim < 0 || l.ffn < 0 || l.heads < 0 || l.kv_heads < 0 || l.vocab < 0 ||
+      l.positions < 0 || l.experts < 0 || l.top_k < 0) {
+    return invalid_argument(where + "sizes must not be negative");
+  }
+  return Status();
+}
+
+// The total in checked arithmetic: each layer is below 2^61 by the limits, their sum need not be.
+Status check_total_params(const Model& model) {
+  int64_t total = 0;
+  for (const Layer& layer : model.layers) {
+    if (__builtin_add_overflow(total, layer_params(layer).total(), &total) || total > kMaxParams) {
+      return invalid_argument("model '" + model.name + "' has more than " +
+                              std::to_string(kMaxParams) + " parameters");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status validate_model(const Model& model) {
   if (model.layers.empty()) return invalid_argument("model '" + model.name + "' has no layers");
+  if (static_cast<int64_t>(model.layers.size()) > kMaxLayers) {
+    return invalid_argument("model '" + model.name + "' has " +
+                            std::to_string(model.layers.size()) + " layers, above the limit of " +
+                            std::to_string(kMaxLayers));
+  }
   if (model.block_of.size() != model.layers.size()) {
     return internal_error("model '" + model.name + "': block_of size differs from layers");
   }
@@ -75,6 +119,7 @@ Status validate_model(const Model& model) {
     if (model.block_of[i] < prev) return invalid_argument(where + "blocks out of order");
     prev = model.block_of[i];
     if (l.hidden <= 0) return invalid_argument(where + "hidden size must be positive");
+    TSR_RETURN_IF_ERROR(check_limits(where, l));
     switch (l.kind) {
       case LayerKind::kAttention:
         if (l.heads <= 0 || l.kv_heads <= 0 || l.head_dim <= 0) {
@@ -101,7 +146,7 @@ Status validate_model(const Model& model) {
       case LayerKind::kNorm: break;
     }
   }
-  return Status();
+  return check_total_params(model);
 }
 
 }  // namespace tessera::ir

@@ -1,11 +1,11 @@
 // Registration checks, the bucket layout (reverse registration order, bucket_bytes each, one
 // dtype per bucket), the layout check across ranks and the ZeRO shard map.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "device_memory.h"
 #include "engine.h"
+#include "tessera/common/env.h"
 #include "tessera/common/log.h"
 
 namespace tessera::overlap {
@@ -27,14 +27,10 @@ uint64_t fnv(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-size_t default_bucket_bytes(const coll::Communicator& comm) {
-  if (const char* env = std::getenv("TESSERA_BUCKET_MB"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const double mb = std::strtod(env, &end);
-    if (end != env && *end == '\0' && mb > 0) return std::max<size_t>(size_t(mb * 1048576.0), 1);
-    TSR_LOG(kWarn, "overlap") << "TESSERA_BUCKET_MB='" << env
-                              << "' is not a positive number of MiB; using the alpha-beta rule";
-  }
+Result<size_t> default_bucket_bytes(const coll::Communicator& comm) {
+  // Fractional MiB allowed; 0 (out of range) means unset.
+  TSR_ASSIGN_OR_RETURN(const double mb, env::get_number("TESSERA_BUCKET_MB", 0, 0.001, 65536));
+  if (mb > 0) return size_t(mb * 1048576.0);
   // Alpha-beta: a ring allreduce of B bytes over N ranks costs 2(N-1) alpha + 2(N-1)/N B/beta,
   // plus the engine's own per-bucket cost (stream hops, callbacks). Latency terms stay under
   // 10% of the bandwidth term when B >= 9 * (latency terms) * beta * N / (2(N-1)).

@@ -81,8 +81,11 @@ Result<std::unique_ptr<GradSync>> GradSync::create(std::shared_ptr<coll::Communi
   impl->comm = std::move(comm);
   impl->options = std::move(options);
   if (impl->options.timeout.count() > 0) impl->timeout = impl->options.timeout;
-  impl->bucket_bytes = impl->options.bucket_bytes > 0 ? impl->options.bucket_bytes
-                                                      : default_bucket_bytes(*impl->comm);
+  if (impl->options.bucket_bytes > 0) {
+    impl->bucket_bytes = impl->options.bucket_bytes;
+  } else {
+    TSR_ASSIGN_OR_RETURN(impl->bucket_bytes, default_bucket_bytes(*impl->comm));
+  }
   // Higher priority for communication: the next forward waits on it.
   TSR_ASSIGN_OR_RETURN(impl->comm_stream, device.create_stream(-1));
   TSR_ASSIGN_OR_RETURN(impl->relay_stream, device.create_stream(0));

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "tessera/common/untrusted.h"
 
 namespace tessera::plan {
 namespace {
@@ -159,11 +159,8 @@ Result<Calibration> calibration_from_json(std::string_view text, std::string_vie
 }
 
 Result<Calibration> load_calibration(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return not_found(path + ": cannot open the calibration file");
-  std::stringstream text;
-  text << file.rdbuf();
-  return calibration_from_json(text.str(), path);
+  TSR_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxConfigFileBytes));
+  return calibration_from_json(text, path);
 }
 
 void apply_calibration(const Calibration& c, ClusterSpec* cluster, CostOptions* options) {

@@ -1,10 +1,11 @@
 // Cluster values: the compact JSON, presets from shared/reference/hardware.md, resizing.
 #include "tessera/plan/cluster.h"
 
-#include <fstream>
-#include <sstream>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
+
+#include "tessera/common/untrusted.h"
 
 #ifdef TESSERA_PLAN_HAVE_TOPOLOGY
 #include "tessera/plan/topology_cluster.h"
@@ -24,11 +25,23 @@ struct Reader {
       if (!required) return fallback;
       return invalid_argument(source + ": field '" + path + key + "' missing");
     }
-    if (!obj[key].is_number() || obj[key].get<double>() < 0) {
+    if (!obj[key].is_number() || !(obj[key].get<double>() >= 0) ||
+        !std::isfinite(obj[key].get<double>())) {
       return invalid_argument(source + ": field '" + path + key +
                               "' must be a non-negative number, got " + obj[key].dump());
     }
     return obj[key].get<double>();
+  }
+  // A count: a whole number in [min, max] (1.5 hosts is refused, not truncated to 1).
+  Result<int> count(const Json& obj, const std::string& path, const char* key, int fallback,
+                    bool required, int64_t min, int64_t max) const {
+    TSR_ASSIGN_OR_RETURN(double v, number(obj, path, key, fallback, required));
+    if (v != std::floor(v) || v < static_cast<double>(min) || v > static_cast<double>(max)) {
+      return invalid_argument(source + ": field '" + path + key + "' must be an integer in " +
+                              std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                              obj[key].dump());
+    }
+    return static_cast<int>(v);
   }
   std::string text(const Json& obj, const char* key, std::string fallback) const {
     if (obj.is_object() && obj.contains(key) && obj[key].is_string()) {
@@ -94,13 +107,10 @@ Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_vi
   const Reader r{source};
   ClusterSpec c;
   c.name = r.text(j, "name", source);
-  TSR_ASSIGN_OR_RETURN(double hosts, r.number(j, "", "hosts", 1, true));
-  TSR_ASSIGN_OR_RETURN(double dph, r.number(j, "", "devices_per_host", 1, true));
-  if (hosts < 1 || dph < 1) {
-    return invalid_argument(source + ": hosts and devices_per_host must be at least 1");
-  }
-  c.hosts = static_cast<int>(hosts);
-  c.devices_per_host = static_cast<int>(dph);
+  TSR_ASSIGN_OR_RETURN(c.devices_per_host,
+                       r.count(j, "", "devices_per_host", 1, true, 1, kMaxDevicesPerHost));
+  TSR_ASSIGN_OR_RETURN(c.hosts,
+                       r.count(j, "", "hosts", 1, true, 1, kMaxDevices / c.devices_per_host));
   if (!j.contains("device")) return invalid_argument(source + ": field 'device' missing");
   const Json& d = j["device"];
   c.device.name = r.text(d, "name", "device");
@@ -136,8 +146,8 @@ Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_vi
   const Json inter = j.value("inter_host", Json::object());
   c.inter_host.link = r.text(inter, "link", "infiniband");
   const bool multi_host = c.hosts > 1;
-  TSR_ASSIGN_OR_RETURN(double nics, r.number(inter, "inter_host.", "nics_per_host", 1, multi_host));
-  c.inter_host.nics_per_host = static_cast<int>(nics);
+  TSR_ASSIGN_OR_RETURN(c.inter_host.nics_per_host,
+                       r.count(inter, "inter_host.", "nics_per_host", 1, multi_host, 0, 1 << 16));
   TSR_ASSIGN_OR_RETURN(c.inter_host.bandwidth_gbps,
                        r.number(inter, "inter_host.", "bandwidth_gbps_per_nic", 0, multi_host));
   TSR_ASSIGN_OR_RETURN(c.inter_host.busbw_gbps,
@@ -147,9 +157,60 @@ Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_vi
   if (multi_host && (c.inter_host.nics_per_host < 1 || c.inter_host.bandwidth_gbps <= 0)) {
     return invalid_argument(source + ": inter_host needs nics_per_host >= 1 and a bandwidth");
   }
+  if (c.device.gemm_efficiency <= 0 || c.device.gemm_efficiency > 1) {
+    return invalid_argument(source + ": field 'device.gemm_efficiency' must be in (0, 1], got " +
+                            std::to_string(c.device.gemm_efficiency));
+  }
   fill_busbw(c.intra_host);
   fill_busbw(c.inter_host);
+  // The dtype is not known here: either peak suffices now, search_plans checks the one used.
+  const Dtype any = c.device.peak_tflops_bf16 > 0 ? Dtype::kBf16 : Dtype::kFp16;
+  TSR_RETURN_IF_ERROR(validate_cluster(c, any).with_context(source));
   return c;
+}
+
+Status validate_cluster(const ClusterSpec& c, Dtype dtype) {
+  const std::string where = "cluster '" + c.name + "': ";
+  auto positive = [&](const char* field, double v) -> Status {
+    if (v > 0 && std::isfinite(v)) return Status();
+    return invalid_argument(where + field + " must be a positive finite number, got " +
+                            std::to_string(v));
+  };
+  if (c.hosts < 1 || c.devices_per_host < 1 || c.devices_per_host > kMaxDevicesPerHost ||
+      c.devices() > kMaxDevices) {
+    return invalid_argument(where + std::to_string(c.hosts) + " hosts x " +
+                            std::to_string(c.devices_per_host) + " devices: need 1.." +
+                            std::to_string(kMaxDevicesPerHost) + " devices per host and at most " +
+                            std::to_string(kMaxDevices) + " devices");
+  }
+  const char* peak = dtype == Dtype::kBf16 ? "device.peak_tflops.bf16" : "device.peak_tflops.fp16";
+  if (!(c.device.peak_flops(dtype) > 0) || !std::isfinite(c.device.peak_flops(dtype))) {
+    return invalid_argument(where + peak + " is " +
+                            std::to_string(c.device.peak_flops(dtype) / 1e12) + ": no " +
+                            std::string(dtype_name(dtype)) +
+                            " plan can be priced (give the figure or use the other --dtype)");
+  }
+  TSR_RETURN_IF_ERROR(positive("device.memory_gib", c.device.memory_gib));
+  TSR_RETURN_IF_ERROR(positive("device.memory_bandwidth_gbps", c.device.memory_bandwidth_gbps));
+  TSR_RETURN_IF_ERROR(positive("device.gemm_efficiency", c.device.gemm_efficiency));
+  if (c.devices_per_host > 1) {
+    TSR_RETURN_IF_ERROR(positive("intra_host.bandwidth_gbps", c.intra_host.bandwidth_gbps));
+    TSR_RETURN_IF_ERROR(positive("intra_host.busbw_gbps", c.intra_host.busbw_gbps));
+  }
+  if (c.hosts > 1) {
+    if (c.inter_host.nics_per_host < 1) {
+      return invalid_argument(where + "inter_host.nics_per_host must be at least 1 with " +
+                              std::to_string(c.hosts) + " hosts");
+    }
+    TSR_RETURN_IF_ERROR(positive("inter_host.bandwidth_gbps_per_nic", c.inter_host.bandwidth_gbps));
+    TSR_RETURN_IF_ERROR(positive("inter_host.busbw_gbps", c.inter_host.busbw_gbps));
+  }
+  for (double latency : {c.intra_host.latency_us, c.inter_host.latency_us}) {
+    if (!(latency >= 0) || !std::isfinite(latency)) {
+      return invalid_argument(where + "link latency_us must be a finite number >= 0");
+    }
+  }
+  return Status();
 }
 
 Result<ClusterSpec> cluster_preset(std::string_view name) {
@@ -175,27 +236,31 @@ Result<ClusterSpec> load_cluster(std::string_view spec, bool calibrated) {
   for (const auto& name : cluster_preset_names()) {
     if (name == spec) return cluster_preset(spec);
   }
-  std::ifstream in{std::string(spec)};
-  if (!in) return not_found(std::string(spec) + ": cannot open (not a file or a known preset)");
-  std::ostringstream text;
-  text << in.rdbuf();
+  Result<std::string> text = read_text_file(std::string(spec), kMaxConfigFileBytes);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
+    return not_found(std::string(spec) + ": cannot open (not a file or a known preset)");
+  }
+  if (!text.ok()) return text.status();
   // The topology layer's form (`tessera probe --cluster hosts=N --json`) has a list of host
   // groups; the compact form a number.
-  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("hosts") && j["hosts"].is_array()) {
 #ifdef TESSERA_PLAN_HAVE_TOPOLOGY
-    return cluster_from_topology_json(text.str(), spec, calibrated);
+    return cluster_from_topology_json(*text, spec, calibrated);
 #else
     return unimplemented(std::string(spec) +
                          ": a topology cluster spec, but this build has no "
                          "topology layer (nlohmann-json was missing); use the compact JSON");
 #endif
   }
-  return cluster_from_json(text.str(), spec);
+  return cluster_from_json(*text, spec);
 }
 
 Result<ClusterSpec> with_devices(const ClusterSpec& cluster, int64_t devices) {
-  if (devices < 1) return invalid_argument("--devices must be at least 1");
+  if (devices < 1 || devices > kMaxDevices) {
+    return invalid_argument("--devices must be in 1.." + std::to_string(kMaxDevices) + ", got " +
+                            std::to_string(devices));
+  }
   ClusterSpec c = cluster;
   if (devices <= cluster.devices_per_host) {
     c.hosts = 1;

@@ -30,8 +30,13 @@ std::string plan_summary(const Plan& p) {
 
 Status validate_plan(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
                      const Plan& p, const CostOptions& options) {
-  if (w.global_batch < 1) return invalid_argument("global batch must be at least 1");
-  if (w.seq_len < 1) return invalid_argument("sequence length must be at least 1");
+  if (w.global_batch < 1 || w.global_batch > kMaxGlobalBatch) {
+    return invalid_argument("global batch must be in 1.." + n(kMaxGlobalBatch));
+  }
+  if (w.seq_len < 1 || w.seq_len > kMaxSeqLen) {
+    return invalid_argument("sequence length must be in 1.." + n(kMaxSeqLen));
+  }
+  TSR_RETURN_IF_ERROR(validate_cluster(cluster, w.dtype));
   if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.ep < 1 || p.vp < 1 || p.mbs < 1) {
     return invalid_argument("tp, pp, dp, cp, ep, vp and mbs must be at least 1");
   }

@@ -1,5 +1,6 @@
 // parse_fixes: the `--fix k=v,...` syntax.
 #include <charconv>
+#include <set>
 #include <string>
 
 #include "tessera/common/env.h"
@@ -22,6 +23,7 @@ Result<int> positive(std::string_view key, std::string_view value, int min, int 
 }  // namespace
 
 Status parse_fixes(std::string_view text, SearchConstraints* out) {
+  std::set<std::string> seen;
   for (const std::string& item : env::split(text, ",")) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) {
@@ -29,6 +31,10 @@ Status parse_fixes(std::string_view text, SearchConstraints* out) {
     }
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
+    // tp=8,tp=1 would silently keep the last: a typo, not a choice.
+    if (!seen.insert(key).second) {
+      return invalid_argument("--fix: '" + key + "' given twice");
+    }
     constexpr int kMax = 1 << 20;
     if (key == "tp" || key == "pp" || key == "dp" || key == "vp" || key == "mbs" || key == "cp" ||
         key == "ep") {

@@ -2,10 +2,11 @@
 #include "tessera/plan/replan.h"
 
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "tessera/common/untrusted.h"
 
 namespace tessera::plan {
 namespace {
@@ -131,12 +132,9 @@ Result<PhaseReport> replan_phases_file(const ir::Model& model, const ClusterSpec
                                        Dtype dtype, const std::string& path,
                                        const SearchConstraints& constraints,
                                        const CostOptions& options) {
-  std::ifstream in(path);
-  if (!in) return not_found(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
+  TSR_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxConfigFileBytes));
   double overhead = 0;
-  TSR_ASSIGN_OR_RETURN(std::vector<Phase> phases, parse_phases(text.str(), path, dtype, &overhead));
+  TSR_ASSIGN_OR_RETURN(std::vector<Phase> phases, parse_phases(text, path, dtype, &overhead));
   return replan(model, cluster, phases, overhead, constraints, options);
 }
 

@@ -21,12 +21,18 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGiB = 1073741824.0;
 
+// Divisors of n up to cap, ascending, in O(sqrt n): a global batch of millions must not cost
+// millions of steps per candidate prefix. n is bounded by the workload and cluster limits, so
+// every divisor fits an int.
 std::vector<int> divisors(int64_t n, int64_t cap) {
-  std::vector<int> out;
-  for (int64_t d = 1; d <= n && d <= cap; ++d) {
-    if (n % d == 0) out.push_back(static_cast<int>(d));
+  std::vector<int> low, high;
+  for (int64_t d = 1; d * d <= n && d <= cap; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(static_cast<int>(d));
+    if (n / d != d && n / d <= cap) high.push_back(static_cast<int>(n / d));
   }
-  return out;
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 template <typename T>
@@ -104,7 +110,7 @@ class Searcher {
            const SearchConstraints& c, const CostOptions& o)
       : model_(model), cluster_(cluster), w_(w), c_(c), o_(o), flops_(step_flops(model, w)) {}
 
-  // Calls visit(plan) for every valid combination, in a fixed order.
+  // Calls visit(plan) for every valid combination, in a fixed order, until visit returns false.
   template <typename Visit>
   void enumerate(Visit&& visit) {
     const int64_t n = cluster_.devices();
@@ -140,7 +146,7 @@ class Searcher {
                       p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.mbs = mbs;
                       p.num_microbatches = m, p.sp = sp == 1, p.recompute = rc, p.vp = vp;
                       p.zero = zero;
-                      visit(p);
+                      if (!visit(p)) return;
                     }
                   }
                 }
@@ -200,6 +206,24 @@ class Searcher {
       smallest_bytes_ = least;
       result_.smallest = sm.estimate(counts);
     }
+  }
+
+  // Estimated cost of the search in nanoseconds (search.h, kMaxSearchWork), stopping once over
+  // `limit`: ~3 us a candidate, its stages, and the partition DP's blocks^2 when blocks differ
+  // (measured on the CI machine). Returns {work, candidates counted}.
+  std::pair<double, int64_t> estimate_work(double limit) {
+    const ShapeKey base{1, 1, 1, 1, false, Recompute::kNone};
+    const bool uniform = compute_shape_costs(model_, cluster_, w_, base, o_).homogeneous;
+    const double blocks = model_.num_blocks;
+    double work = 0;
+    int64_t count = 0;
+    enumerate([&](const Plan& p) {
+      const bool dp_partition = !uniform && p.pp > 1 && p.vp == 1;  // vp > 1: equal stages
+      work += 3000 + 100.0 * p.pp + (dp_partition ? 1.5 * blocks * blocks : 0);
+      ++count;
+      return work <= limit;
+    });
+    return {work, count};
   }
 
   SearchResult& result() { return result_; }
@@ -353,6 +377,31 @@ Status check_fixed(const ir::Model& model, const ClusterSpec& cluster, const Wor
   return Status();
 }
 
+Status check_workload(const Workload& w) {
+  if (w.global_batch < 1 || w.global_batch > kMaxGlobalBatch) {
+    return invalid_argument("global batch " + num(w.global_batch) + " outside 1.." +
+                            num(kMaxGlobalBatch) + " sequences");
+  }
+  if (w.seq_len < 1 || w.seq_len > kMaxSeqLen) {
+    return invalid_argument("sequence length " + num(w.seq_len) + " outside 1.." + num(kMaxSeqLen) +
+                            " tokens");
+  }
+  return Status();
+}
+
+// Refuses a search that would take long (search.h) before doing any of it, saying what narrows
+// it: fixed values, or identical layers written as one "repeat" group (then the partition is a
+// binary search instead of the blocks^2 DP).
+Status check_work(const ir::Model& model, Searcher& s) {
+  const auto [work, counted] = s.estimate_work(kMaxSearchWork);
+  if (work <= kMaxSearchWork) return Status();
+  return resource_exhausted(
+      "the search is too large: " + num(counted) + "+ candidates over " + num(model.num_blocks) +
+      " blocks, above the limit of about " + std::to_string(kMaxSearchWork / 1e9).substr(0, 3) +
+      " s of work; fix some values (--fix tp=..,pp=..,mbs=..), plan for fewer devices or a "
+      "smaller --global-batch, or write identical layers as one \"repeat\" group");
+}
+
 }  // namespace
 
 Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& cluster,
@@ -360,9 +409,8 @@ Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& clu
                                   const CostOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   TSR_RETURN_IF_ERROR(validate_model(model));
-  if (w.global_batch < 1 || w.seq_len < 1) {
-    return invalid_argument("global batch and sequence length must be at least 1");
-  }
+  TSR_RETURN_IF_ERROR(check_workload(w));
+  TSR_RETURN_IF_ERROR(validate_cluster(cluster, w.dtype));
   for (const ir::Layer& l : model.layers) {
     if (l.kind == ir::LayerKind::kEmbedding && l.positions > 0 && w.seq_len > l.positions) {
       return invalid_argument("sequence length " + num(w.seq_len) + " exceeds the model's " +
@@ -371,9 +419,16 @@ Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& clu
   }
   TSR_RETURN_IF_ERROR(check_fixed(model, cluster, w, c, o));
   Searcher s(model, cluster, w, c, o);
-  s.enumerate([&](const Plan& p) { s.consider(p, false); });
+  TSR_RETURN_IF_ERROR(check_work(model, s));
+  s.enumerate([&](const Plan& p) {
+    s.consider(p, false);
+    return true;
+  });
   if (s.result().feasible == 0 && s.result().candidates > 0 && c.prune) {
-    s.enumerate([&](const Plan& p) { s.consider(p, true); });
+    s.enumerate([&](const Plan& p) {
+      s.consider(p, true);
+      return true;
+    });
   }
   SearchResult& r = s.result();
   r.elapsed_ms =

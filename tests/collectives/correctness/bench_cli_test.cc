@@ -70,6 +70,46 @@ TEST(BenchColl, BadOptionsExitTwoWithOneLine) {
   EXPECT_NE(r.err.find("-G 0 and --memory device disagree"), std::string::npos) << r.err;
 }
 
+// A size whose buffers cannot fit is refused before anything is allocated, naming the size, the
+// need and the limit, instead of the rank being OOM-killed or the machine swapping. The limits are
+// injected: a host device of 64 MiB (two 64 MiB device buffers do not fit it), and a host device
+// declared far larger than any machine's RAM, so that the RAM check (MemAvailable, cgroup limit)
+// is what refuses 4 TiB buffers.
+TEST(BenchColl, RefusesSizesWhoseBuffersCannotFitNamingTheNeedAndTheLimit) {
+  auto r = run_cli("TESSERA_HOST_DEVICE_MEMORY=64M " TESSERA_BIN, "launch",
+                   launched(2, "-b 64M -e 64M -n 1 -w 0"));
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("-e 64.0 MiB: allreduce over 2 ranks needs buffers of 64.0 MiB: 128.0 MiB "
+                       "of device memory (2 buffers) on host:0, which has 64.0 MiB free of "
+                       "64.0 MiB"),
+            std::string::npos)
+      << r.err;
+  r = run_cli("TESSERA_HOST_DEVICE_MEMORY=64T " TESSERA_BIN, "bench", "coll -b 4T -e 4T -n 1");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("20.0 TiB of RAM on this host (1 local rank(s) x 20.0 TiB, host device "
+                       "memory included), but the ranks can use"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("MemAvailable"), std::string::npos) << r.err;
+  r = run_cli(TESSERA_BIN, "bench", "coll -G 0 -b 4T -e 4T -n 1");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("8.0 TiB of RAM on this host"), std::string::npos) << r.err;
+}
+
+// A malformed logging variable is a bad option of every command, not a warning and a default.
+TEST(BenchColl, AMalformedLoggingVariableExitsTwoNamingIt) {
+  auto r = run_cli("TESSERA_LOG=whatever " TESSERA_BIN, "bench", "coll -G 0 -b 1K -e 1K -n 1");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("TESSERA_LOG='whatever': expected error, warn, info, debug or trace"),
+            std::string::npos)
+      << r.err;
+  r = run_cli("TESSERA_LOG_SUBSYS=coll,nccl " TESSERA_BIN, "bench", "coll -G 0 -b 1K -e 1K -n 1");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("TESSERA_LOG_SUBSYS='coll,nccl': 'nccl' is not a subsystem"),
+            std::string::npos)
+      << r.err;
+}
+
 // Device memory by default, as nccl-tests; the header and the JSON say which memory and which
 // route. On discrete host devices (the CPU cannot touch them) the route is staged.
 TEST(BenchColl, DeviceMemoryByDefaultAndTheHeaderNamesMemoryAndRoute) {

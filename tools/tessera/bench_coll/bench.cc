@@ -17,9 +17,14 @@ struct FreeDeleter {
 };
 using AlignedBuffer = std::unique_ptr<void, FreeDeleter>;
 
+constexpr size_t kAlign = 4096;
+
+size_t page_rounded(size_t bytes) {
+  return std::max<size_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+}
+
 Result<AlignedBuffer> allocate(size_t bytes) {
-  constexpr size_t kAlign = 4096;
-  const size_t rounded = std::max<size_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+  const size_t rounded = page_rounded(bytes);
   void* p = std::aligned_alloc(kAlign, rounded);
   if (p == nullptr) {
     return resource_exhausted("could not allocate " + std::to_string(rounded) + " bytes");
@@ -159,15 +164,25 @@ std::vector<size_t> sweep_sizes(const BenchOptions& o) {
   return sizes;
 }
 
+MemoryNeed memory_need(const BenchOptions& o, int nranks) {
+  MemoryNeed need;
+  const size_t ts = hal::dtype_size(o.dtype);
+  for (size_t size : sweep_sizes(o)) {
+    const Layout l = layout_for(o.op, size, o.dtype, nranks);
+    need.largest = std::max({need.largest, l.send * ts, l.recv * ts});
+  }
+  need.host = 2 * uint64_t(page_rounded(need.largest));
+  if (o.device != nullptr) {
+    need.host += std::max<size_t>(need.largest, 1);
+    need.device = 2 * uint64_t(std::max<size_t>(need.largest, 1));
+  }
+  return need;
+}
+
 Result<std::vector<Row>> run_sweep(coll::Communicator& comm, const BenchOptions& o,
                                    const std::function<void(const Row&)>& on_row) {
   const std::vector<size_t> sizes = sweep_sizes(o);
-  const size_t ts = hal::dtype_size(o.dtype);
-  size_t largest = 0;
-  for (size_t size : sizes) {
-    const Layout l = layout_for(o.op, size, o.dtype, comm.size());
-    largest = std::max({largest, l.send * ts, l.recv * ts});
-  }
+  const size_t largest = memory_need(o, comm.size()).largest;
   TSR_ASSIGN_OR_RETURN(AlignedBuffer send, allocate(largest));
   TSR_ASSIGN_OR_RETURN(AlignedBuffer recv, allocate(largest));
   std::unique_ptr<DeviceSide> device;

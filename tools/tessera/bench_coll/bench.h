@@ -63,6 +63,16 @@ coll::OpKind op_kind(BenchOp op);
 // The sizes of the sweep, in bytes: min, then * factor (or + step) while <= max.
 std::vector<size_t> sweep_sizes(const BenchOptions& options);
 
+// What run_sweep allocates on each rank for the sweep: two host buffers of the largest layout
+// (page-rounded), and with BenchOptions::device two device buffers and a pinned host buffer of
+// that size. Bytes.
+struct MemoryNeed {
+  size_t largest = 0;   // the largest send or receive buffer of the sweep
+  uint64_t host = 0;    // pageable + pinned host memory
+  uint64_t device = 0;  // memory of BenchOptions::device
+};
+MemoryNeed memory_need(const BenchOptions& options, int nranks);
+
 // Runs the sweep; `on_row` sees each row as soon as it is measured (on every rank). Errors name
 // the size and the placement that failed.
 Result<std::vector<Row>> run_sweep(coll::Communicator& comm, const BenchOptions& options,

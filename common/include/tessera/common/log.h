@@ -12,14 +12,28 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/common/status.h"
+
 namespace tessera::log {
 
 enum class Level : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
 
-// Reads TESSERA_LOG / TESSERA_LOG_SUBSYS once, lazily. Tests may call configure() to override.
+// Every subsystem a TSR_LOG line may name; TESSERA_LOG_SUBSYS accepts these only.
+inline constexpr std::string_view kSubsystems[] = {"hal",     "topo", "coll",    "plan",
+                                                   "overlap", "ckpt", "trainer", "launch"};
+
+// Reads TESSERA_LOG / TESSERA_LOG_SUBSYS once, lazily. A malformed value cannot fail a log call:
+// it is reported once on stderr as an error and the default is used; check_environment() is
+// what makes it an error for the programs (the `tessera` CLI, hal::Registry::create). Tests may
+// call configure() to override.
 bool enabled(Level level, std::string_view subsystem);
 Level threshold();
 void configure(Level level, std::string_view subsystems);
+
+// INVALID_ARGUMENT naming the variable and its value when TESSERA_LOG is not a level or
+// TESSERA_LOG_SUBSYS names a subsystem outside kSubsystems; OK when both are unset or valid.
+// Thread-safe (reads the environment only).
+Status check_environment();
 
 // Writes "[tessera <level> <subsys> pid=<pid>] message\n" to stderr.
 void write(Level level, std::string_view subsystem, std::string_view message);

@@ -14,6 +14,18 @@
 
 namespace tessera::ir {
 
+// The largest sizes the IR accepts. Far beyond published models (h 25600, f ~100k, V 256k, 126
+// blocks, hundreds of experts) and small enough that every per-layer count in layer.h fits in 64
+// bits (h x 2f x experts < 2^61). Loaders refuse larger values naming the field; validate_model
+// checks them again for hand-built models.
+inline constexpr int64_t kMaxWidth = int64_t{1} << 20;    // hidden, head_dim
+inline constexpr int64_t kMaxFfn = int64_t{1} << 22;      // ffn (the default 4 x hidden fits)
+inline constexpr int64_t kMaxHeads = int64_t{1} << 16;    // heads, kv_heads
+inline constexpr int64_t kMaxVocab = int64_t{1} << 24;    // vocab, positions, max_seq_len
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;  // experts, top_k
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;   // layers in a model (blocks too)
+inline constexpr int64_t kMaxParams = int64_t{1} << 53;   // total parameters (exact as double)
+
 struct Model {
   std::string name;
   std::vector<Layer> layers;
@@ -38,7 +50,8 @@ double model_forward_flops(const Model& model, int64_t batch, int64_t seq);
 // Model FLOPs of one training iteration without recomputation: 3 x forward (backward = 2 x).
 double model_training_flops(const Model& model, int64_t batch, int64_t seq);
 
-// Checks sizes and the block structure; errors name the layer ("layer 3 (attention): ...").
+// Checks sizes (against the limits above) and the block structure; errors name the layer
+// ("layer 3 (attention): ...").
 Status validate_model(const Model& model);
 // Builders mark layers after the last block with kPostBlock; finalize_model renumbers them.
 inline constexpr int kPostBlock = 1 << 30;

@@ -149,8 +149,9 @@ struct BucketInfo {
 
 // The bucket size the alpha-beta rule picks for `comm` (TESSERA_BUCKET_MB overrides): large
 // enough that per-message latency plus the engine's per-bucket cost stay under 10% of a ring
-// allreduce of the bucket, clamped to [1 MiB, 64 MiB].
-size_t default_bucket_bytes(const coll::Communicator& comm);
+// allreduce of the bucket, clamped to [1 MiB, 64 MiB]. INVALID_ARGUMENT naming the variable when
+// TESSERA_BUCKET_MB is not a finite number of MiB in [0.001, 65536].
+Result<size_t> default_bucket_bytes(const coll::Communicator& comm);
 
 class GradSync {
  public:

@@ -54,18 +54,30 @@ struct ClusterSpec {
   int64_t devices() const { return static_cast<int64_t>(hosts) * devices_per_host; }
 };
 
+// Sizes the planner accepts: beyond any machine built, small enough that the search's integer
+// arithmetic (tp x cp x pp x dp, divisor lists) stays in range.
+inline constexpr int64_t kMaxDevices = int64_t{1} << 24;
+inline constexpr int64_t kMaxDevicesPerHost = int64_t{1} << 12;
+
+// Checks what the cost model divides by: the peak FLOP/s of `dtype`, memory size and
+// bandwidth, the intra-host link when a host has several devices, the network when there are
+// several hosts; every figure finite, counts within the limits above. Errors name the cluster and
+// the field ("c.json: device.peak_tflops.bf16 is 0: ...").
+Status validate_cluster(const ClusterSpec& cluster, Dtype dtype);
+
 // Typical achieved/line-rate factor per link class (hardware.md: NVLink3 allreduce busbw ~230 of
 // 300, IB HDR ~23.5 of 25, RoCE ~90%, PCIe ~80%). Unknown links get 0.8.
 double link_busbw_factor(std::string_view link);
 
-// Parses the compact JSON; errors name `source` and the field.
+// Parses the compact JSON; errors name `source` and the field. Counts must be integers.
 Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_view source);
 // dgx-a100-80gb, dgx-h100, ascend-910b-8, mi250x-8: one host each (use with_devices to scale).
 Result<ClusterSpec> cluster_preset(std::string_view name);
 std::vector<std::string> cluster_preset_names();
-// A preset name or a JSON file: the compact form above, or the topology layer's cluster spec
-// (docs/TOPOLOGY.md; converted by topology_cluster.h). `calibrated`: the caller will apply a
-// calibration, so a device without known peak FLOP/s is accepted.
+// A preset name or a JSON file (a regular file of at most kMaxConfigFileBytes): the compact form
+// above, or the topology layer's cluster spec (docs/TOPOLOGY.md; converted by topology_cluster.h).
+// `calibrated`: the caller will apply a calibration, so a device without known peak FLOP/s is
+// accepted.
 Result<ClusterSpec> load_cluster(std::string_view preset_or_path, bool calibrated = false);
 
 // The same hosts, resized to `devices`: fewer than one host shrinks the host; more must be a

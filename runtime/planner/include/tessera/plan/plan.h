@@ -16,6 +16,11 @@ namespace tessera::plan {
 enum class Recompute { kNone, kSelective, kFull };
 std::string_view recompute_name(Recompute recompute);  // "none", "selective", "full"
 
+// Workload limits: far beyond real runs (millions of sequences, 16M-token contexts); they keep
+// the search's divisor lists and the IR's integer products in range.
+inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
+
 // What one training step processes.
 struct Workload {
   int64_t global_batch = 0;  // sequences per step

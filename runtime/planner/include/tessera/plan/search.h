@@ -41,9 +41,16 @@ struct SearchResult {
   std::optional<Estimate> smallest;
 };
 
-// Errors: INVALID_ARGUMENT when the fixed values admit no valid plan (the message names the
-// first rule broken); RESOURCE_EXHAUSTED when plans exist but none fits (the message gives the
-// smallest requirement, the budget and that plan).
+// The most work one search may do, in units of about a nanosecond on one core: each candidate
+// costs its pipeline stages, plus blocks^2 when the blocks differ (the exact partition DP), so
+// any accepted input plans in well under a second. Above it the search is refused up front.
+inline constexpr double kMaxSearchWork = 1e9;
+
+// Errors: INVALID_ARGUMENT for a workload or cluster outside the limits (plan.h, cluster.h) and
+// when the fixed values admit no valid plan (the message names the first rule broken);
+// RESOURCE_EXHAUSTED when the search would exceed kMaxSearchWork (the message says what to fix)
+// and when plans exist but none fits (the message gives the smallest requirement, the budget and
+// that plan).
 Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& cluster,
                                   const Workload& workload, const SearchConstraints& constraints,
                                   const CostOptions& options);
