@@ -1,5 +1,7 @@
 # What `cmake --install` puts under the prefix (docs/API.md, "Linking"):
 #   bin/tessera, bin/tessera-cts                 the CLI and the conformance suite (their folders)
+#   share/tessera/cts/expectations/              every backend's CTS expectations file
+#   share/tessera/skeleton/                      the porter's kit (backends/skeleton)
 #   <libdir>/tessera/libtessera-backend-*.so     backends (tessera_add_backend), where the loader
 #                                                looks: next to bin/, next to libtessera_runtime.so
 #   <libdir>/libtessera_runtime.so               the C++ runtime (cmake/TesseraSharedRuntime.cmake)
@@ -53,10 +55,16 @@ install(EXPORT TesseraTargets NAMESPACE Tessera:: FILE TesseraTargets.cmake
         DESTINATION ${TESSERA_INSTALL_CMAKE_DIR})
 
 set(TESSERA_PACKAGE_HAS_CLI ${TESSERA_BUILD_TOOLS})
+if(TARGET tessera-cts)
+  set(TESSERA_PACKAGE_HAS_CTS ON)
+else()
+  set(TESSERA_PACKAGE_HAS_CTS OFF)
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TesseraConfig.cmake.in
   ${PROJECT_BINARY_DIR}/package/TesseraConfig.cmake
   INSTALL_DESTINATION ${TESSERA_INSTALL_CMAKE_DIR}
-  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR TESSERA_INSTALL_BACKEND_DIR)
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR CMAKE_INSTALL_DATADIR
+            TESSERA_INSTALL_BACKEND_DIR)
 # 0.x: a consumer built against 0.1 accepts 0.1.y only.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/package/TesseraConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)

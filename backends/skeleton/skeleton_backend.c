@@ -2,17 +2,26 @@
  * The skeleton backend: the starting point for porting Tessera to a new accelerator.
  *
  * It compiles, loads, and reports zero devices with the reason "skeleton backend: not
- * implemented". Copy this folder to backends/<chip>/, rename "skeleton" to your backend's name
- * (the library must be libtessera-backend-<chip>.so) and replace every TODO(porter) with calls into
- * your vendor runtime. Fill the groups in this order, running `tessera-cts --backend <chip>` after
- * each: devices, memory, copies, streams/events, reductions and casts, IPC, GEMM, native
- * collectives. The contract of each entry is in hal/include/tessera/hal/backend_abi.h, the walk
- * through in docs/PORTING.md; list what you leave NULL, with the reason, in an expectations file
- * (hal/cts/expectations/<chip>.txt in tree; out of tree pass it with --expectations FILE).
+ * implemented". Copy it into your own tree, out of Tessera's (docs/PORTING.md section 2: this file,
+ * backend_abi.h and the starter expectations file skeleton.txt; an installed Tessera has them under
+ * <prefix>/share/tessera/skeleton), rename "skeleton" to your backend's name everywhere (sed
+ * 's/skeleton/<chip>/g': the library must be libtessera-backend-<chip>.so) and replace every
+ * TODO(porter) with calls into your vendor runtime. Fill the groups in this order, running
+ * `tessera-cts --backend <path of your library> --expectations <chip>.txt` after each: devices,
+ * memory, copies, streams/events, reductions and casts, IPC, GEMM, native collectives. The
+ * contract of each entry is in backend_abi.h; list what you leave NULL, with the reason, in
+ * <chip>.txt (delete its line when you fill an entry in).
+ *
+ * Messages: Tessera prefixes what last_error returns with the backend and the entry
+ * ("skeleton device_malloc: <your message>"), so a message names the argument and the runtime's
+ * error, not the backend or the entry again.
  *
  * Plain C11 on purpose: a backend includes backend_abi.h and its vendor's headers, nothing else
  * of Tessera.
  */
+/* ISO C (-std=c11) hides POSIX: a port needs dlopen, pthread_* and clock_gettime. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,8 +40,9 @@ static tsr_status fail(tsr_status code, const char* format, ...) {
   return code;
 }
 
-static tsr_status not_implemented(const char* entry) {
-  return fail(TSR_UNIMPLEMENTED, "skeleton backend: %s not implemented", entry);
+/* The loader adds "skeleton <entry>: " in front of last_error, so the entry is not repeated. */
+static tsr_status not_implemented(void) {
+  return fail(TSR_UNIMPLEMENTED, "not implemented yet (TODO(porter))");
 }
 
 static const char* skeleton_last_error(void) {
@@ -70,35 +80,35 @@ static tsr_status skeleton_device_properties(int32_t device, tsr_device_properti
    * pci_bus_id ("dddd:bb:dd.f"), total_memory, compute_units, numa_node, peak FLOP/s, memory
    * bandwidth, TSR_CAP_* flags. */
   (void)out;
-  return fail(TSR_INVALID_ARGUMENT, "skeleton backend: no device %d (it has none)", (int)device);
+  return fail(TSR_INVALID_ARGUMENT, "no device %d (the backend has none)", (int)device);
 }
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
 static tsr_status skeleton_device_malloc(int32_t device, size_t bytes, void** out_ptr) {
   (void)device, (void)bytes, (void)out_ptr;
-  return not_implemented("device_malloc"); /* TODO(porter): vendor malloc, 256-byte aligned */
+  return not_implemented(); /* TODO(porter): vendor malloc, 256-byte aligned */
 }
 
 static tsr_status skeleton_device_free(int32_t device, void* ptr) {
   (void)device;
   if (ptr == NULL) return TSR_OK;
-  return not_implemented("device_free"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_host_malloc_pinned(size_t bytes, void** out_ptr) {
   (void)bytes, (void)out_ptr;
-  return not_implemented("host_malloc_pinned"); /* TODO(porter): page-locked host memory */
+  return not_implemented(); /* TODO(porter): page-locked host memory */
 }
 
 static tsr_status skeleton_host_free_pinned(void* ptr) {
   if (ptr == NULL) return TSR_OK;
-  return not_implemented("host_free_pinned"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_memory_info(int32_t device, size_t* out_free, size_t* out_total) {
   (void)device, (void)out_free, (void)out_total;
-  return not_implemented("memory_info"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 /* ---- transfers ---------------------------------------------------------------------------- */
@@ -107,65 +117,65 @@ static tsr_status skeleton_memcpy_async(void* dst, const void* src, size_t bytes
                                         tsr_stream stream) {
   (void)dst, (void)src, (void)stream;
   if (bytes == 0) return TSR_OK;
-  return not_implemented("memcpy_async"); /* TODO(porter): direction inferred from pointers */
+  return not_implemented(); /* TODO(porter): direction inferred from pointers */
 }
 
 static tsr_status skeleton_memset_async(void* dst, int32_t value, size_t bytes, tsr_stream stream) {
   (void)dst, (void)value, (void)stream;
   if (bytes == 0) return TSR_OK;
-  return not_implemented("memset_async"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 /* ---- streams and events ------------------------------------------------------------------- */
 
 static tsr_status skeleton_stream_create(int32_t device, int32_t priority, tsr_stream* out) {
   (void)device, (void)priority, (void)out;
-  return not_implemented("stream_create"); /* TODO(porter): vendor stream / queue */
+  return not_implemented(); /* TODO(porter): vendor stream / queue */
 }
 
 static tsr_status skeleton_stream_destroy(tsr_stream stream) {
   (void)stream;
-  return not_implemented("stream_destroy"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_stream_synchronize(tsr_stream stream) {
   (void)stream;
-  return not_implemented("stream_synchronize"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_stream_query(tsr_stream stream) {
   (void)stream;
-  return not_implemented("stream_query"); /* TODO(porter): TSR_OK idle, TSR_NOT_READY busy */
+  return not_implemented(); /* TODO(porter): TSR_OK idle, TSR_NOT_READY busy */
 }
 
 static tsr_status skeleton_stream_wait_event(tsr_stream stream, tsr_event event) {
   (void)stream, (void)event;
-  return not_implemented("stream_wait_event"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_event_create(int32_t device, uint32_t flags, tsr_event* out) {
   (void)device, (void)flags, (void)out;
-  return not_implemented("event_create"); /* TODO(porter): vendor event / notifier */
+  return not_implemented(); /* TODO(porter): vendor event / notifier */
 }
 
 static tsr_status skeleton_event_destroy(tsr_event event) {
   (void)event;
-  return not_implemented("event_destroy"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_event_record(tsr_event event, tsr_stream stream) {
   (void)event, (void)stream;
-  return not_implemented("event_record"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_event_synchronize(tsr_event event) {
   (void)event;
-  return not_implemented("event_synchronize"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 static tsr_status skeleton_event_query(tsr_event event) {
   (void)event;
-  return not_implemented("event_query"); /* TODO(porter) */
+  return not_implemented(); /* TODO(porter) */
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -214,7 +224,10 @@ static const tsr_backend_api_v1 kApi = {
     .gemm_async = NULL,   /* TODO(porter): optional, the planner calibrates with it */
     .collectives = NULL,  /* TODO(porter): optional, the vendor's collective library */
     /* Minor 1. */
-    .stream_busy_wait = NULL, /* TODO(porter): optional test aid, a spin kernel of N microseconds */
+    /* TODO(porter): optional test aid, a spin kernel of N microseconds on the stream (used to model
+     * compute); left NULL, list `unsupported Stream.IsOccupiedByABusyWaitInOrderWithItsOtherWork`.
+     */
+    .stream_busy_wait = NULL,
     /* Minor 2 (docs/PORTING.md section 4.9). */
     /* TODO(porter): optional; like stream_add_callback, passing the stream's failure message
      * ("" while OK) -- the runtime's error text when its stream callbacks receive a status. */

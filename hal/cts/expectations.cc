@@ -1,5 +1,8 @@
 #include "expectations.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -103,8 +106,13 @@ Result<Expectations> Expectations::parse(std::string_view text, const std::strin
 }
 
 Result<Expectations> Expectations::load(const std::string& path) {
+  // A directory opens as a stream that reads nothing, which would pass as an empty file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return not_found("expectations file " + path + " is a directory");
+  }
   std::ifstream in(path);
-  if (!in) return not_found("cannot read expectations file " + path);
+  if (!in) return not_found("cannot read expectations file " + path + ": " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return parse(text.str(), path);

@@ -104,6 +104,20 @@ bool declare_entries(const std::string& full_name, std::vector<std::string> entr
   return true;
 }
 
+const std::vector<std::string>& declared_entries_of(const std::string& full_name) {
+  static const std::vector<std::string> kNone;
+  auto found = declared_entries().find(full_name);
+  return found == declared_entries().end() ? kNone : found->second;
+}
+
+std::vector<std::string> null_entries_of(const std::string& full_name) {
+  std::vector<std::string> out;
+  for (const auto& entry : declared_entries_of(full_name)) {
+    if (!has_entry(entry)) out.push_back(entry);
+  }
+  return out;
+}
+
 void register_generated_test(const char* suite, const std::string& name, const char* file, int line,
                              std::vector<std::string> entries, std::function<void()> body) {
   declare_entries(std::string(suite) + "." + name, std::move(entries));
@@ -131,13 +145,7 @@ void CtsTest::SetUp() {
   const std::string name = test_name();
   const Expectation* expectation = ctx.expectations.find(name);
 
-  std::vector<std::string> null_entries;
-  auto declared = declared_entries().find(name);
-  if (declared != declared_entries().end()) {
-    for (const auto& entry : declared->second) {
-      if (!has_entry(entry)) null_entries.push_back(entry);
-    }
-  }
+  const std::vector<std::string> null_entries = null_entries_of(name);
 
   if (expectation != nullptr && expectation->kind == Expectation::Kind::kUnsupported) {
     ++ctx.unsupported;
@@ -162,7 +170,8 @@ void CtsTest::SetUp() {
                  << join(null_entries) << (null_entries.size() > 1 ? " are" : " is") << " NULL and "
                  << name
                  << " is not listed as unsupported: a backend states what it leaves out; add "
-                 << "'unsupported " << name << " : <reason>' to " << where;
+                 << "'unsupported " << name << " : <reason>' to " << where
+                 << " (tessera-cts --write-expectations FILE drafts every such line)";
   }
   if (expectation != nullptr && expectation->kind == Expectation::Kind::kXfail) {
     xfail_ = expectation;

@@ -31,6 +31,11 @@ bool has_entry(std::string_view entry);
 // Records that test `full_name` ("Suite.Test") calls the optional `entries`. Returns true so it
 // can initialise a static; called before main, or before RUN_ALL_TESTS for generated tests.
 bool declare_entries(const std::string& full_name, std::vector<std::string> entries);
+// The optional entries test `full_name` declared (empty when none), in declaration order.
+const std::vector<std::string>& declared_entries_of(const std::string& full_name);
+// The entries of declared_entries_of(full_name) that the backend under test leaves NULL.
+// Precondition: the backend is loaded (context().backend).
+std::vector<std::string> null_entries_of(const std::string& full_name);
 
 class CtsTest : public ::testing::Test {
  public:

@@ -8,6 +8,7 @@
 
 #include "expectations.h"
 #include "fixture.h"
+#include "null_entry_lines.h"
 #include "reference.h"
 
 namespace tessera::cts {
@@ -80,6 +81,28 @@ TEST_F(ExpectationsFile, NamesTheFileAndLineOfAMalformedEntry) {
     EXPECT_NE(parsed.status().message().find("bad.txt:2"), std::string::npos)
         << parsed.status().message();
   }
+}
+
+TEST_F(ExpectationsFile, SuggestsOneLinePerSuiteOnlyWhenEveryTestOfItCallsANullEntry) {
+  const std::vector<std::string> tests = {"Reduce.A",        "Reduce.B",      "Stream.Plain",
+                                          "Stream.Callback", "Stream.Listed", "Copy.Plain"};
+  auto null_entries = [](const std::string& test) -> std::vector<std::string> {
+    if (test.starts_with("Reduce.")) return {"reduce_async"};
+    if (test == "Stream.Callback") return {"stream_add_callback", "event_elapsed_time"};
+    if (test == "Stream.Listed") return {"stream_add_callback"};
+    return {};
+  };
+  auto unlisted = [](const std::string& test) { return test != "Stream.Listed"; };
+  const std::vector<NullEntryLine> lines = suggest_null_entry_lines(tests, null_entries, unlisted);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(expectation_text(lines[0]), "unsupported Reduce.* : reduce_async is NULL");
+  EXPECT_EQ(lines[0].tests, 2);
+  // Stream.Plain can run, so no Stream.* line; the listed test needs none.
+  EXPECT_EQ(expectation_text(lines[1]),
+            "unsupported Stream.Callback : stream_add_callback, event_elapsed_time are NULL");
+  EXPECT_TRUE(suggest_null_entry_lines(tests, null_entries, [](const std::string&) {
+                return false;
+              }).empty());
 }
 
 }  // namespace

@@ -91,31 +91,54 @@ std::string backend_file_name(std::string_view name) {
   return "libtessera-backend-" + std::string(name) + ".so";
 }
 
-std::vector<std::string> default_search_dirs() {
-  std::vector<std::string> dirs;
-  if (auto path = env::get("TESSERA_BACKEND_PATH")) {
-    for (auto& dir : env::split(*path, ":")) dirs.push_back(dir);
-  }
+namespace {
+
+// Whether `file` (a program or library) is one of the build tree's outputs: build/bin/* or
+// build/lib/*. Only the output folders count, so an install into build/install is an install.
+bool is_build_output(const std::string& file, const std::string& build_root) {
+  if (file.empty() || build_root.empty()) return false;
+  std::error_code ec;
+  const auto parent = std::filesystem::weakly_canonical(file, ec).parent_path();
+  const auto root = std::filesystem::weakly_canonical(build_root, ec);
+  return parent == root / "bin" || parent == root / "lib";
+}
+
+}  // namespace
+
+std::vector<std::string> backend_search_dirs(const SearchPathInputs& inputs) {
+  std::vector<std::string> dirs = inputs.env_dirs;
+  std::error_code ec;
   // Relative to the running program: <prefix>/bin/exe -> <prefix>/lib/tessera, so a relocated
   // install finds its backends.
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    auto prefix = exe.parent_path().parent_path();
+  bool found_relative = false;
+  if (!inputs.program.empty()) {
+    auto prefix = std::filesystem::path(inputs.program).parent_path().parent_path();
     for (const char* libdir : {"lib/tessera", "lib64/tessera"}) {
       auto dir = prefix / libdir;
-      if (std::filesystem::is_directory(dir, ec)) dirs.push_back(dir.string());
+      if (std::filesystem::is_directory(dir, ec)) {
+        dirs.push_back(dir.string());
+        found_relative = true;
+      }
     }
   }
   // Relative to the library holding this code: <libdir>/libtessera_runtime.so -> <libdir>/tessera,
   // so a program linked against a relocated install (not under its bin/) finds the backends too.
-  Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&default_search_dirs), &self) != 0 && self.dli_fname) {
-    auto dir = std::filesystem::path(self.dli_fname).parent_path() / "tessera";
-    if (std::filesystem::is_directory(dir, ec)) dirs.push_back(dir.string());
+  if (!inputs.library.empty()) {
+    auto dir = std::filesystem::path(inputs.library).parent_path() / "tessera";
+    if (std::filesystem::is_directory(dir, ec)) {
+      dirs.push_back(dir.string());
+      found_relative = true;
+    }
   }
-  dirs.emplace_back(TESSERA_INSTALL_BACKEND_DIR);
-  dirs.emplace_back(TESSERA_BUILD_BACKEND_DIR);
+  // The build tree only for its own programs, and the configured prefix only for a program that
+  // is next to no backend folder: an installed tool must not pick up a stale backend from the
+  // tree it was built in or from another prefix.
+  if (is_build_output(inputs.program, inputs.build_root) ||
+      is_build_output(inputs.library, inputs.build_root)) {
+    dirs.push_back(inputs.build_backend_dir);
+  } else if (!found_relative) {
+    dirs.push_back(inputs.install_backend_dir);
+  }
   // Drop repeats, keeping the first (highest-priority) occurrence.
   std::vector<std::string> unique;
   for (auto& dir : dirs) {
@@ -124,6 +147,22 @@ std::vector<std::string> default_search_dirs() {
     if (!seen) unique.push_back(dir);
   }
   return unique;
+}
+
+std::vector<std::string> default_search_dirs() {
+  SearchPathInputs inputs;
+  if (auto path = env::get("TESSERA_BACKEND_PATH")) inputs.env_dirs = env::split(*path, ":");
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) inputs.program = exe.string();
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&default_search_dirs), &self) != 0 && self.dli_fname) {
+    inputs.library = self.dli_fname;
+  }
+  inputs.build_root = TESSERA_BUILD_ROOT;
+  inputs.build_backend_dir = TESSERA_BUILD_BACKEND_DIR;
+  inputs.install_backend_dir = TESSERA_INSTALL_BACKEND_DIR;
+  return backend_search_dirs(inputs);
 }
 
 Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,

@@ -4,6 +4,10 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tessera/hal/backend.h"
 
 namespace tessera::hal {
 namespace {
@@ -64,6 +68,24 @@ TEST(Registry, RejectsAMalformedSelectionNamingTheVariable) {
   EXPECT_NE(registry.status().message().find("TESSERA_BACKENDS"), std::string::npos);
 }
 
+// Every device program starts here: a malformed logging variable fails it by name instead of
+// being logged once and replaced by the default.
+TEST(Registry, RefusesMalformedLoggingVariablesNamingThem) {
+  setenv("TESSERA_LOG", "whatever", 1);
+  auto registry = Registry::create();
+  unsetenv("TESSERA_LOG");
+  ASSERT_FALSE(registry.ok());
+  EXPECT_EQ(registry.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(registry.status().message().find("TESSERA_LOG='whatever'"), std::string::npos)
+      << registry.status().message();
+  setenv("TESSERA_LOG_SUBSYS", "hal,bogus", 1);
+  registry = Registry::create();
+  unsetenv("TESSERA_LOG_SUBSYS");
+  ASSERT_FALSE(registry.ok());
+  EXPECT_NE(registry.status().message().find("'bogus' is not a subsystem"), std::string::npos)
+      << registry.status().message();
+}
+
 TEST(Registry, AnUnknownSelectedBackendIsListedAsNotFound) {
   RegistryOptions options;
   options.selection = "host,ascend";
@@ -111,6 +133,61 @@ TEST(Registry, ALibraryThatIsNotABackendIsRefusedByName) {
   EXPECT_EQ(record->state, BackendState::kLoadFailed);
   EXPECT_NE(record->reason.find(bogus.string()), std::string::npos);
   EXPECT_EQ((*registry)->find("host")->state, BackendState::kEnabled) << "others still load";
+}
+
+// A build tree and an install of it side by side, each with a backend folder, under a temp dir.
+class SearchPath : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("tessera-search-path-" + std::to_string(getpid()));
+    for (const char* dir : {"build/bin", "build/lib/tessera", "prefix/bin", "prefix/lib/tessera",
+                            "build/install/bin", "build/install/lib/tessera", "elsewhere/bin"}) {
+      fs::create_directories(root_ / dir);
+    }
+    inputs_.env_dirs = {"/from/env"};
+    inputs_.build_root = (root_ / "build").string();
+    inputs_.build_backend_dir = (root_ / "build/lib/tessera").string();
+    inputs_.install_backend_dir = "/configured/prefix/lib/tessera";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string at(const char* relative) const { return (root_ / relative).string(); }
+
+  fs::path root_;
+  SearchPathInputs inputs_;
+};
+
+TEST_F(SearchPath, AnInstalledProgramSearchesItsPrefixAndTesseraBackendPathOnly) {
+  inputs_.program = inputs_.library = at("prefix/bin/tessera");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", at("prefix/lib/tessera")}));
+  // Linked against the installed runtime from a program elsewhere: the library's folder.
+  inputs_.program = at("elsewhere/bin/trainer");
+  inputs_.library = at("prefix/lib/libtessera_runtime.so");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", at("prefix/lib/tessera")}));
+}
+
+TEST_F(SearchPath, AnInstallInsideTheBuildTreeIsStillAnInstall) {
+  inputs_.program = inputs_.library = at("build/install/bin/tessera");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", at("build/install/lib/tessera")}));
+}
+
+TEST_F(SearchPath, AProgramOfTheBuildTreeSearchesTheBuildTree) {
+  inputs_.program = inputs_.library = at("build/bin/tessera");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", at("build/lib/tessera")}));
+  inputs_.program = at("elsewhere/bin/example");  // linked against the build tree's runtime
+  inputs_.library = at("build/lib/libtessera_runtime.so");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", at("build/lib/tessera")}));
+}
+
+TEST_F(SearchPath, AProgramNextToNoBackendFolderSearchesTheConfiguredPrefix) {
+  inputs_.program = inputs_.library = at("elsewhere/bin/trainer");
+  EXPECT_EQ(backend_search_dirs(inputs_),
+            (std::vector<std::string>{"/from/env", "/configured/prefix/lib/tessera"}));
 }
 
 }  // namespace

@@ -72,8 +72,23 @@ class Backend {
 };
 
 // The folders searched for backend libraries, in order: each entry of TESSERA_BACKEND_PATH
-// (colon-separated), then the folder of the installed backends, then the build tree's.
+// (colon-separated), then <prefix>/lib{,64}/tessera next to the running program and
+// <libdir>/tessera next to the library holding the loader, then the build tree's backend folder for
+// a program of this build tree, or the configured install folder for a program found next to
+// neither. An installed program never searches the build tree it came from, nor another prefix.
 std::vector<std::string> default_search_dirs();
+
+// What default_search_dirs() decides from, so that a test can describe an installed layout.
+struct SearchPathInputs {
+  std::vector<std::string> env_dirs;  // TESSERA_BACKEND_PATH's folders
+  std::string program;                // the running executable
+  std::string library;                // the file holding the loader's code (may be `program`)
+  std::string build_root;             // the build tree this loader was compiled in
+  std::string build_backend_dir;      // <build_root>/lib/tessera
+  std::string install_backend_dir;    // <configured prefix>/<libdir>/tessera
+};
+// The search path for `inputs` (default_search_dirs() with the real ones); no repeats.
+std::vector<std::string> backend_search_dirs(const SearchPathInputs& inputs);
 
 // "libtessera-backend-<name>.so"
 std::string backend_file_name(std::string_view name);
