@@ -1,7 +1,9 @@
 // `tessera launch` as a user runs it: rank prefixes, the environment, device slices, the exit
-// code and prompt stop when a rank fails, signal forwarding, restarts, and a real bootstrap
-// through the store the launcher hosts. Runs the built binary (TESSERA_BIN).
+// code and prompt stop when a rank fails, signal forwarding, restarts and their backoff, exec
+// failures, nothing outliving the launcher, and a real bootstrap through the store the launcher
+// hosts. Runs the built binary (TESSERA_BIN).
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,7 +11,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,6 +130,91 @@ TEST(LaunchCli, MaxRestartsRestartsAFailedRankWithTheNextGeneration) {
   EXPECT_TRUE(has(r.err, "restarting it")) << r.err;
 }
 
+TEST(LaunchCli, RestartsBackOffExponentiallyUpToTheCap) {
+  // Rank 0 fails in generations 0, 1 and 2; each start prints the machine's uptime
+  // (CLOCK_BOOTTIME, 10 ms steps), so the waits can be checked from below without timing them.
+  const CliRun r = launch(
+      "-n 1 --max-restarts 3 --restart-backoff-ms 100 --restart-backoff-max-ms 150 -- sh -c "
+      "'read up rest < /proc/uptime; echo start $up; [ $TESSERA_GENERATION = 3 ]'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "restarting it now (restart 1 of 3")) << r.err;
+  EXPECT_TRUE(has(r.err, "restarting it in 100 ms (restart 2 of 3")) << r.err;
+  EXPECT_TRUE(has(r.err, "restarting it in 150 ms (restart 3 of 3")) << r.err;  // 200, capped
+  std::vector<double> starts;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (const size_t at = line.find("start "); at != std::string::npos) {
+      starts.push_back(std::stod(line.substr(at + 6)));
+    }
+  }
+  ASSERT_EQ(starts.size(), 4u) << r.out;
+  // A start comes after the previous start's exit plus the backoff.
+  EXPECT_GE(starts[2] - starts[1], 0.1 - 0.011) << r.out;
+  EXPECT_GE(starts[3] - starts[2], 0.15 - 0.011) << r.out;
+  EXPECT_EQ(launch("-n 1 --restart-backoff-ms -1 -- true").code, 2);
+  EXPECT_EQ(launch("-n 1 --restart-backoff-max-ms 99999999 -- true").code, 2);
+}
+
+TEST(LaunchCli, AMalformedGenerationIsRefusedNamingTheVariable) {
+  for (const std::string value : {"abc", "-1", "1.5", "", "99999999999"}) {
+    const CliRun r =
+        tessera::testing::run_cli("TESSERA_GENERATION='" + value + "' " + std::string(TESSERA_BIN),
+                                  "launch", "-n 1 -- echo ran");
+    EXPECT_EQ(r.code, 2) << value << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "TESSERA_GENERATION")) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "a rank ran with TESSERA_GENERATION='" << value << "'";
+  }
+  const CliRun ok = tessera::testing::run_cli("TESSERA_GENERATION=7 " + std::string(TESSERA_BIN),
+                                              "launch", "-n 1 -- sh -c 'echo $TESSERA_GENERATION'");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.out, "[rank 0] 7\n");
+}
+
+// A file under the test's temporary directory with `text` and permission bits `mode`.
+std::string write_file(const std::string& name, const std::string& text, mode_t mode) {
+  const std::string path =
+      ::testing::TempDir() + "/launch_" + std::to_string(getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
+  return path;
+}
+
+TEST(LaunchCli, ACommandThatCannotBeExecutedSaysWhyAndPrintsNothingAsTheRank) {
+  const std::string no_shebang = write_file("no_shebang", "echo hi\n", 0755);
+  const std::string bad_interpreter =
+      write_file("bad_interpreter", "#!/nonexistent/interp -x\necho hi\n", 0755);
+  const std::string not_executable = write_file("not_executable", "#!/bin/sh\n", 0644);
+  const std::string directory = ::testing::TempDir() + "/launch_" + std::to_string(getpid());
+  std::filesystem::create_directories(directory);
+  struct Case {
+    std::string path, why;
+  };
+  const Case cases[] = {
+      {no_shebang, "no #! line"},
+      {bad_interpreter, "its interpreter '/nonexistent/interp' (from the #! line) was not found"},
+      {not_executable, "is not executable"},
+      {directory, "is a directory"},
+  };
+  for (const Case& c : cases) {
+    for (const std::string tag : {"", "--no-tag-output "}) {
+      const CliRun r = launch(tag + "-n 2 -- " + c.path);
+      EXPECT_EQ(r.code, 127) << r.err;
+      EXPECT_TRUE(has(r.err, "'" + c.path + "'")) << r.err;
+      EXPECT_TRUE(has(r.err, c.why)) << r.err;
+      // Only the launcher speaks, and once: the forked child writes nothing before exec.
+      EXPECT_FALSE(has(r.err, "[rank ")) << r.err;
+      EXPECT_FALSE(has(r.err, "execve failed")) << r.err;
+      EXPECT_EQ(r.out, "");
+    }
+  }
+  EXPECT_TRUE(has(launch("-n 1 -- " + no_shebang).err, "(Exec format error, ENOEXEC)"));
+  EXPECT_TRUE(has(launch("-n 1 -- " + bad_interpreter).err, "(No such file or directory, ENOENT)"));
+  for (const std::string& path : {no_shebang, bad_interpreter, not_executable}) {
+    std::remove(path.c_str());
+  }
+  std::filesystem::remove(directory);
+}
+
 TEST(LaunchCli, RanksBootstrapThroughTheStoreTheLauncherHosts) {
   const CliRun r = launch("-n 4 -- " + std::string(TESSERA_BOOTSTRAP_PROBE));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -234,6 +323,56 @@ TEST(LaunchCli, RanksDieWithALauncherKilledBySigkill) {
     EXPECT_TRUE(gone) << "rank pid " << rank << " outlived its launcher";
     if (!gone) kill(rank, SIGKILL);
   }
+}
+
+// Polls for at most 30 s (a slow machine) until `pid` has exited; bounded, not timed.
+bool exits_soon(pid_t pid) {
+  for (int i = 0; i < 300; ++i) {
+    if (exited(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// The pids printed after `word ` in `text`.
+std::vector<pid_t> pids_after(const std::string& text, const std::string& word) {
+  std::vector<pid_t> pids;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    pids.push_back(static_cast<pid_t>(std::atoi(text.c_str() + at + word.size())));
+  }
+  return pids;
+}
+
+TEST(LaunchCli, ChildrenOfRanksDieWithALauncherKilledBySigkill) {
+  // PR_SET_PDEATHSIG kills each rank, not the sleep it started; the watchdog kills its group.
+  int out = -1;
+  const pid_t pid = start_launcher(2, "sleep 1000 & echo child $!; wait", &out);
+  ASSERT_GT(pid, 0);
+  std::string text;
+  read_until(out, "child ", 2, &text);
+  const std::vector<pid_t> children = pids_after(text, "child ");
+  ASSERT_EQ(children.size(), 2u) << text;
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  close(out);
+  for (pid_t child : children) {
+    const bool gone = exits_soon(child);
+    EXPECT_TRUE(gone) << "pid " << child << ", started by a rank, outlived its launcher";
+    if (!gone) kill(child, SIGKILL);
+  }
+}
+
+TEST(LaunchCli, BackgroundProcessesIgnoringSigtermDoNotOutliveAFinishedJob) {
+  // The rank exits 0 and leaves a sleep that ignores SIGTERM and holds none of its pipes.
+  const CliRun r =
+      launch("-n 1 -- sh -c \"trap '' TERM; sleep 1000 >/dev/null 2>&1 & echo child \\$!\"");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<pid_t> children = pids_after(r.out, "child ");
+  ASSERT_EQ(children.size(), 1u) << r.out;
+  const bool gone = exits_soon(children[0]);
+  EXPECT_TRUE(gone) << "pid " << children[0] << ", started by a rank, outlived its launcher";
+  if (!gone) kill(children[0], SIGKILL);
 }
 
 }  // namespace

@@ -1,6 +1,12 @@
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <limits>
+#include <string_view>
 
 #include "options.h"
 #include "tessera/common/env.h"
@@ -78,20 +84,121 @@ Result<std::vector<std::string>> rank_environment(const LaunchOptions& options, 
   return env;
 }
 
+namespace {
+
+// Why `path` cannot be run, checked before fork so the common mistakes get their reason: a
+// directory passes access(X_OK) (its search bit) and execve would only say EACCES.
+Status check_executable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return not_found("command '" + path + "': " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return not_found("command '" + path + "' is a directory");
+  if (::access(path.c_str(), X_OK) != 0) {
+    return not_found("command '" + path + "' is not executable: " + std::strerror(errno));
+  }
+  return {};
+}
+
+// The interpreter named by the file's "#!" line, or "" when it has none.
+std::string shebang_interpreter(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[256] = {};
+  in.read(head, sizeof head - 1);
+  const std::string_view text(head, static_cast<size_t>(in.gcount()));
+  if (!text.starts_with("#!")) return "";
+  std::string_view line = text.substr(2, text.find('\n') - 2);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  return std::string(line.substr(0, line.find_first_of(" \t\r")));
+}
+
+}  // namespace
+
+std::optional<cpu_set_t> rank_cpus(const LaunchOptions& options, int rank,
+                                   const cpu_set_t& allowed) {
+  if (options.bind_to == "none") return std::nullopt;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  const int n = options.nprocs;
+  if (cpus.empty() || (options.bind_to != "core" && int(cpus.size()) < n)) return std::nullopt;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  const size_t share = std::max<size_t>(1, cpus.size() / size_t(n));
+  for (size_t k = 0; k < share; ++k) {
+    CPU_SET(cpus[(size_t(rank) * share + k) % cpus.size()], &mine);
+  }
+  return mine;
+}
+
 Result<std::string> resolve_program(const std::string& program) {
   if (program.empty()) return invalid_argument("empty command");
   if (program.find('/') != std::string::npos) {
-    if (access(program.c_str(), X_OK) != 0) {
-      return not_found("command '" + program + "' is not an executable file");
-    }
+    TSR_RETURN_IF_ERROR(check_executable(program));
     return program;
   }
   const auto path = env::get("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   for (const std::string& dir : env::split(path, ":")) {
     const std::string candidate = dir + "/" + program;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (check_executable(candidate).ok()) return candidate;
   }
   return not_found("command '" + program + "' not found on PATH");
+}
+
+std::string describe_exec_failure(const std::string& path, int error) {
+  const char* name = strerrorname_np(error);
+  const std::string why =
+      std::string(std::strerror(error)) + ", " + (name != nullptr ? name : std::to_string(error));
+  std::string reason;
+  switch (error) {
+    case ENOENT: {
+      // The file was there a moment ago (resolve_program): what is missing is its interpreter.
+      const std::string interpreter = shebang_interpreter(path);
+      reason = !interpreter.empty()
+                   ? "its interpreter '" + interpreter + "' (from the #! line) was not found"
+                   : "the file or its program interpreter (the dynamic loader) was not found";
+      break;
+    }
+    case ENOEXEC:
+      reason = "not a program this machine can run (no #! line and not a binary for it)";
+      break;
+    case EACCES: {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        reason = "it is a directory";
+      } else {
+        const std::string interpreter = shebang_interpreter(path);
+        reason = "permission denied (no execute permission on it" +
+                 (interpreter.empty() ? std::string() : " or on '" + interpreter + "'") +
+                 ", or its file system is mounted noexec)";
+      }
+      break;
+    }
+    default: reason = "execve failed";
+  }
+  return "cannot execute '" + path + "': " + reason + " (" + why + ")";
+}
+
+std::chrono::milliseconds restart_delay(const LaunchOptions& options, int restart) {
+  if (restart <= 1) return std::chrono::milliseconds(0);
+  // Doubling, saturated at the cap (64 doublings would overflow; 40 already pass any cap).
+  const int64_t cap = options.restart_backoff_max.count();
+  int64_t delay = options.restart_backoff.count();
+  for (int k = 2; k < restart && delay > 0 && delay < cap; ++k) delay *= 2;
+  return std::chrono::milliseconds(std::min(delay, cap));
+}
+
+Result<int> starting_generation(int max_restarts) {
+  auto generation = env::get_int("TESSERA_GENERATION", 0);
+  if (!generation.ok()) return generation.status();
+  // Each restart adds one; the sum must stay an int (it is passed on as TESSERA_GENERATION).
+  if (*generation > std::numeric_limits<int>::max() - max_restarts) {
+    return out_of_range("environment variable TESSERA_GENERATION: " + std::to_string(*generation) +
+                        " is too large (with --max-restarts " + std::to_string(max_restarts) +
+                        " it must stay below 2^31)");
+  }
+  return static_cast<int>(*generation);
 }
 
 }  // namespace tessera::tools::launch

@@ -15,11 +15,13 @@
 #include <cstring>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessera/coll/bootstrap.h"
 #include "tessera/common/env.h"
+#include "watchdog.h"
 
 extern char** environ;
 
@@ -79,6 +81,7 @@ struct RankProc {
   pid_t pid = -1;  // also the process group id
   bool running = false;
   int restarts = 0;
+  Clock::time_point restart_at = Clock::time_point::max();  // a restart waiting out its backoff
 };
 
 class Job {
@@ -88,15 +91,24 @@ class Job {
   int run();
 
  private:
+  std::optional<int> prepare();
+  std::optional<int> install_signal_handlers();
+  Status start_guards();
+  void handle_signals();
+  void finish();
   Status spawn(int rank);
   void pump(Stream& s);
   void flush(Stream& s);
   void reap();
   void on_rank_exit(int rank, int status);
+  void restart_due(Clock::time_point now);
+  void restart(int rank);
   void publish(std::string_view key, int value);
   void stop(int signo);
   void signal_groups(int signo);
+  void forget_empty_groups();
   int running_count() const;
+  Clock::time_point next_restart() const;
 
   const LaunchOptions& o_;
   std::vector<RankProc> ranks_;
@@ -105,10 +117,15 @@ class Job {
   std::unique_ptr<coll::Store> self_store_;  // a client of store_, to publish restarts
   std::string program_;
   std::vector<std::string> base_env_;
+  std::optional<Watchdog> watchdog_;
+  // Every process group a rank was started in whose members may still run (a rank's leftovers
+  // outlive it); a group leaves once it is empty (forget_empty_groups).
+  std::vector<pid_t> groups_;
   int generation_ = 0;
   int restarts_used_ = 0;
   int signal_read_ = -1;
   int exit_code_ = 0;
+  int forwarded_ = 0;  // signals received so far
   bool stopping_ = false;
   Clock::time_point kill_at_ = Clock::time_point::max();
   bool killed_ = false;
@@ -128,19 +145,53 @@ int Job::running_count() const {
       std::count_if(ranks_.begin(), ranks_.end(), [](const RankProc& r) { return r.running; }));
 }
 
-void Job::signal_groups(int signo) {
-  for (const RankProc& r : ranks_) {
-    if (r.pid > 0) ::killpg(r.pid, signo);  // ESRCH (group already empty) is fine
-  }
+Clock::time_point Job::next_restart() const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const RankProc& r : ranks_) next = std::min(next, r.restart_at);
+  return next;
 }
 
-// Stops every rank: `signo` now, SIGKILL after the grace period.
+// Every group, not only the current ranks': a restarted rank's predecessor may have left
+// processes behind.
+void Job::signal_groups(int signo) {
+  for (pid_t g : groups_) ::killpg(g, signo);  // ESRCH (group already empty) is fine
+}
+
+// An empty group's id can be reused by an unrelated process group once its last member is
+// reaped; the launcher is the subreaper of every rank's descendants, so ESRCH here is final.
+void Job::forget_empty_groups() {
+  std::erase_if(groups_, [this](pid_t g) {
+    const bool current = std::any_of(ranks_.begin(), ranks_.end(),
+                                     [g](const RankProc& r) { return r.running && r.pid == g; });
+    if (current || ::killpg(g, 0) == 0 || errno != ESRCH) return false;
+    if (watchdog_) watchdog_->forget(g);
+    return true;
+  });
+}
+
+// Stops every rank: `signo` now, SIGKILL after the grace period. A restart still waiting out its
+// backoff is dropped.
 void Job::stop(int signo) {
   if (!stopping_) {
     stopping_ = true;
     kill_at_ = Clock::now() + o_.grace;
   }
+  for (RankProc& r : ranks_) r.restart_at = Clock::time_point::max();
   signal_groups(signo);
+}
+
+// Makes sure nothing the ranks start outlives the launcher: it becomes the subreaper of their
+// descendants (orphans are reparented to it, not to init, so it reaps them and knows when a
+// process group is empty), and the watchdog kills every rank's group if the launcher dies
+// without cleaning up. Runs before any thread starts (the watchdog is forked).
+Status Job::start_guards() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return internal_error(std::string("prctl(PR_SET_CHILD_SUBREAPER): ") + std::strerror(errno));
+  }
+  auto watchdog = Watchdog::start();
+  if (!watchdog.ok()) return watchdog.status();
+  watchdog_.emplace(std::move(*watchdog));
+  return {};
 }
 
 Status Job::spawn(int rank) {
@@ -162,42 +213,38 @@ Status Job::spawn(int rank) {
     }
     return internal_error(std::string("pipe: ") + std::strerror(saved));
   }
-  // CPU binding, computed before fork: rank r gets the r-th equal share of the CPUs this
-  // launcher may use.
-  cpu_set_t allowed, mine;
-  CPU_ZERO(&mine);
-  bool bind = false;
-  if (o_.bind_to != "none" && sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-    std::vector<int> cpus;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  // CPU binding, computed before fork.
+  cpu_set_t allowed;
+  std::optional<cpu_set_t> cpus;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) cpus = rank_cpus(o_, rank, allowed);
+  // The child reports a failed execve by writing its errno here; a successful one closes the
+  // pipe (O_CLOEXEC), so the launcher reads either 4 bytes or end of file.
+  int exec_status[2] = {-1, -1};
+  if (::pipe2(exec_status, O_CLOEXEC) != 0) {
+    const int saved = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) {
+      if (fd >= 0) ::close(fd);
     }
-    const int n = o_.nprocs;
-    if (!cpus.empty() && (o_.bind_to == "core" || int(cpus.size()) >= n)) {
-      const size_t share = std::max<size_t>(1, cpus.size() / size_t(n));
-      for (size_t k = 0; k < share; ++k) {
-        CPU_SET(cpus[(size_t(rank) * share + k) % cpus.size()], &mine);
-      }
-      bind = true;
-    }
+    return internal_error(std::string("pipe: ") + std::strerror(saved));
   }
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int saved = errno;
-    for (int fd : {out[0], out[1], err[0], err[1]}) {
+    for (int fd : {out[0], out[1], err[0], err[1], exec_status[0], exec_status[1]}) {
       if (fd >= 0) ::close(fd);
     }
     return internal_error(std::string("fork: ") + std::strerror(saved));
   }
   if (pid == 0) {
-    // The child: only async-signal-safe calls until execve (the store thread is running).
+    // The child: only async-signal-safe calls until execve (the store thread is running), and
+    // no output: anything it wrote would read as the rank's own.
     ::setpgid(0, 0);
     // A launcher that dies (even by SIGKILL) takes its ranks with it instead of leaving them
     // running without their store; if it died before prctl took effect, go now.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(1);
-    if (bind) sched_setaffinity(0, sizeof mine, &mine);
+    if (cpus) sched_setaffinity(0, sizeof *cpus, &*cpus);
     if (o_.tag_output) {
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
@@ -209,11 +256,26 @@ Status Job::spawn(int rank) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(program_.c_str(), argv.data(), envp.data());
-    const char msg[] = "tessera launch: execve failed\n";
-    [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
+    const int error = errno;
+    [[maybe_unused]] ssize_t n = ::write(exec_status[1], &error, sizeof error);
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
+  groups_.push_back(pid);
+  if (watchdog_) watchdog_->watch(pid);
+  ::close(exec_status[1]);
+  int exec_error = 0;
+  ssize_t got;
+  while ((got = ::read(exec_status[0], &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
+  }
+  ::close(exec_status[0]);
+  if (got == static_cast<ssize_t>(sizeof exec_error)) {
+    // The child exits 127 and is reaped as an unknown pid; its group empties with it.
+    for (int fd : {out[0], out[1], err[0], err[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return failed_precondition(describe_exec_failure(program_, exec_error));
+  }
   ranks_[static_cast<size_t>(rank)].pid = pid;
   ranks_[static_cast<size_t>(rank)].running = true;
   if (o_.tag_output) {
@@ -278,18 +340,14 @@ void Job::on_rank_exit(int rank, int status) {
     ++restarts_used_;
     ++generation_;
     ++r.restarts;
-    // Survivors keep running: they see the death as a collective error, abort, and wait in
-    // Bootstrap::next_generation for tessera/generation to move. Published before the spawn so
-    // the restarted rank never reaches the new generation's exchanges before they know of it.
-    publish(coll::kRestartedRankKey, rank);
-    publish(coll::kRestartsKey, restarts_used_);
-    publish(coll::kGenerationKey, generation_);
-    say("rank " + std::to_string(rank) + " " + how + "; restarting it (restart " +
+    const auto delay = restart_delay(o_, restarts_used_);
+    say("rank " + std::to_string(rank) + " " + how + "; restarting it " +
+        (delay.count() > 0 ? "in " + std::to_string(delay.count()) + " ms" : "now") + " (restart " +
         std::to_string(restarts_used_) + " of " + std::to_string(o_.max_restarts) +
         ", TESSERA_GENERATION=" + std::to_string(generation_) + ")");
-    Status spawned = spawn(rank);
-    if (spawned.ok()) return;
-    say("rank " + std::to_string(rank) + ": restart failed: " + spawned.message());
+    r.restart_at = Clock::now() + delay;  // run() calls restart() when it is due
+    if (delay.count() == 0) restart_due(Clock::now());
+    return;
   }
   exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   const int others = running_count();
@@ -297,6 +355,30 @@ void Job::on_rank_exit(int rank, int status) {
       (others > 0
            ? "; stopping the other " + std::to_string(others) + " rank" + (others > 1 ? "s" : "")
            : ""));
+  stop(SIGTERM);
+}
+
+void Job::restart_due(Clock::time_point now) {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].restart_at <= now && !stopping_) {
+      ranks_[i].restart_at = Clock::time_point::max();
+      restart(static_cast<int>(i));
+    }
+  }
+}
+
+// Starts `rank` again in the job's current generation.
+void Job::restart(int rank) {
+  // Survivors keep running: they see the death as a collective error, abort, and wait in
+  // Bootstrap::next_generation for tessera/generation to move. Published before the spawn so
+  // the restarted rank never reaches the new generation's exchanges before they know of it.
+  publish(coll::kRestartedRankKey, rank);
+  publish(coll::kRestartsKey, restarts_used_);
+  publish(coll::kGenerationKey, generation_);
+  Status spawned = spawn(rank);
+  if (spawned.ok()) return;
+  say("rank " + std::to_string(rank) + ": restart failed: " + spawned.message());
+  exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
   stop(SIGTERM);
 }
 
@@ -310,28 +392,53 @@ void Job::reap() {
   for (;;) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) return;
+    if (pid <= 0) break;
+    if (watchdog_ && pid == watchdog_->pid()) {
+      say("the watchdog (pid " + std::to_string(pid) +
+          ") died; a launcher killed now would leave the ranks' children running");
+    }
+    // Other unknown pids: orphans the launcher adopted as subreaper, or a child whose execve
+    // failed (spawn reported it).
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].pid == pid && ranks_[i].running) on_rank_exit(static_cast<int>(i), status);
     }
   }
+  forget_empty_groups();
 }
 
-int Job::run() {
+// Everything before the first rank starts; returns the launcher's exit code when the job cannot
+// start (127: the command, 2: bad input, 1: the system), else nullopt.
+std::optional<int> Job::prepare() {
   auto program = resolve_program(o_.command.front());
   if (!program.ok()) {
     say(program.status().message());
     return 127;
   }
   program_ = *program;
+  auto gen = starting_generation(o_.max_restarts);
+  if (!gen.ok()) {
+    say(gen.status().message());
+    return 2;
+  }
+  generation_ = *gen;
+  for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
+  for (int r = 0; r < o_.nprocs; ++r) {  // bad device lists are found before anything starts
+    auto env = rank_environment(o_, r, 0, generation_, base_env_);
+    if (!env.ok()) {
+      say(env.status().message());
+      return 2;
+    }
+  }
+  if (Status guards = start_guards(); !guards.ok()) {  // before the store's thread
+    say(guards.message());
+    return 1;
+  }
   auto store = coll::start_tcp_store_server("127.0.0.1", 0);
   if (!store.ok()) {
     say("cannot host the TCP store: " + store.status().message());
     return 1;
   }
   store_ = std::move(*store);
-  auto gen = env::get_int("TESSERA_GENERATION", 0);
-  generation_ = gen.ok() ? static_cast<int>(*gen) : 0;
   auto self = coll::connect_tcp_store("127.0.0.1", store_->port(), std::chrono::seconds(5));
   if (!self.ok()) {
     say("cannot connect to the store it hosts: " + self.status().message());
@@ -340,15 +447,10 @@ int Job::run() {
   self_store_ = std::move(*self);
   publish(coll::kGenerationKey, generation_);
   publish(coll::kRestartsKey, 0);
-  for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
-  for (int r = 0; r < o_.nprocs; ++r) {  // bad device lists are found before anything starts
-    auto env = rank_environment(o_, r, store_->port(), generation_, base_env_);
-    if (!env.ok()) {
-      say(env.status().message());
-      return 2;
-    }
-  }
+  return install_signal_handlers();
+}
 
+std::optional<int> Job::install_signal_handlers() {
   int sig_pipe[2];
   if (::pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     say(std::string("pipe: ") + std::strerror(errno));
@@ -365,21 +467,60 @@ int Job::run() {
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ign, nullptr);
+  return std::nullopt;
+}
 
+// Reads the signal pipe: the first forwarded signal stops the job with it, a second kills.
+void Job::handle_signals() {
+  unsigned char sigs[64];
+  const ssize_t n = ::read(signal_read_, sigs, sizeof sigs);
+  for (ssize_t k = 0; k < n; ++k) {
+    const int signo = sigs[k];
+    if (signo == SIGCHLD) continue;
+    if (forwarded_++ == 0) {
+      say("got " + signal_name(signo) + ", forwarding it to " + std::to_string(running_count()) +
+          " rank(s)");
+      if (exit_code_ == 0) exit_code_ = 128 + signo;
+      stop(signo);
+    } else {
+      say("got " + signal_name(signo) + " again; killing every rank");
+      killed_ = true;
+      signal_groups(SIGKILL);
+    }
+  }
+  reap();
+}
+
+// Nothing outlives the launcher: whatever is left in the ranks' groups (a background process
+// that ignored SIGTERM and let go of the pipes) gets SIGKILL. A group sent SIGKILL cannot grow
+// again, so the watchdog has nothing left to guard and is let go.
+void Job::finish() {
+  reap();
+  signal_groups(SIGKILL);
+  for (pid_t g : groups_) {
+    if (watchdog_) watchdog_->forget(g);
+  }
+  groups_.clear();
+  watchdog_.reset();
+  reap();
+}
+
+int Job::run() {
+  if (std::optional<int> failed = prepare()) return *failed;
   for (int r = 0; r < o_.nprocs; ++r) {
     Status spawned = spawn(r);
     if (!spawned.ok()) {
       say("rank " + std::to_string(r) + ": " + spawned.message());
-      exit_code_ = 1;
+      // A command that exists but cannot be executed exits 127, like one that is not found.
+      exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
       stop(SIGTERM);
       break;
     }
   }
   const auto job_deadline = o_.timeout_s > 0 ? Clock::now() + std::chrono::seconds(o_.timeout_s)
                                              : Clock::time_point::max();
-  int forwarded = 0;
   for (;;) {
-    if (running_count() == 0) {
+    if (running_count() == 0 && next_restart() == Clock::time_point::max()) {
       if (streams_.empty()) break;
       if (drain_until_ == Clock::time_point::max()) drain_until_ = Clock::now() + o_.grace;
     }
@@ -394,6 +535,7 @@ int Job::run() {
       killed_ = true;
       signal_groups(SIGKILL);
     }
+    restart_due(now);
     if (now >= drain_until_) {
       signal_groups(SIGKILL);  // background leftovers still holding the pipes
       for (Stream& s : streams_) {
@@ -403,8 +545,8 @@ int Job::run() {
       streams_.clear();
       break;
     }
-    auto next =
-        std::min({job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_});
+    auto next = std::min({job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_,
+                          next_restart()});
     int timeout_ms = -1;
     if (next != Clock::time_point::max()) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
@@ -425,27 +567,9 @@ int Job::run() {
       if (fds[i++].revents != 0) pump(s);
     }
     streams_.remove_if([](const Stream& s) { return s.fd < 0; });
-    if (fds[0].revents != 0) {
-      unsigned char sigs[64];
-      const ssize_t n = ::read(signal_read_, sigs, sizeof sigs);
-      for (ssize_t k = 0; k < n; ++k) {
-        const int signo = sigs[k];
-        if (signo == SIGCHLD) continue;
-        if (forwarded++ == 0) {
-          say("got " + signal_name(signo) + ", forwarding it to " +
-              std::to_string(running_count()) + " rank(s)");
-          if (exit_code_ == 0) exit_code_ = 128 + signo;
-          stop(signo);
-        } else {
-          say("got " + signal_name(signo) + " again; killing every rank");
-          killed_ = true;
-          signal_groups(SIGKILL);
-        }
-      }
-      reap();
-    }
+    if (fds[0].revents != 0) handle_signals();
   }
-  reap();
+  finish();
   return exit_code_;
 }
 
