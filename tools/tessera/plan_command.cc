@@ -6,7 +6,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "calibrate.h"
@@ -16,6 +15,7 @@
 #include "tessera/common/untrusted.h"
 #include "tessera/ir/loaders.h"
 #include "tessera/plan/calibration.h"
+#include "tessera/plan/explain.h"
 #include "tessera/plan/replan.h"
 #include "tessera/plan/report_json.h"
 #include "tessera/plan/search.h"
@@ -73,95 +73,6 @@ std::string plans_table(const std::vector<plan::Estimate>& plans) {
          fixed(100 * e.mfu, 1) + "%", fixed(e.memory.total() / kGiB, 1)});
   }
   return table.to_string();
-}
-
-// Why the best plan wins: where its time goes, what binds it, and what each single change
-// would cost (re-evaluated with the same model, so the reasons are the model's own).
-std::string explain(const ir::Model& model, const plan::ClusterSpec& cluster,
-                    const plan::Workload& w, const std::vector<plan::Estimate>& plans,
-                    const plan::CostOptions& options) {
-  const plan::Estimate& best = plans.front();
-  const plan::TimeBreakdown& t = best.time;
-  std::ostringstream out;
-  auto pct = [&](double s) { return fixed(100 * s / best.step_time_s, 1) + "%"; };
-  out << "\nWhy plan 1 (" << plan::plan_summary(best.plan) << "):\n";
-  out << "  step " << fixed(best.step_time_s, 3) << " s = compute " << fixed(t.compute_s, 3) << " ("
-      << pct(t.compute_s) << ") + bubble " << fixed(t.bubble_s, 3) << " (" << pct(t.bubble_s)
-      << ") + TP " << fixed(t.tp_comm_s, 3) << " + CP " << fixed(t.cp_comm_s, 3) << " + EP "
-      << fixed(t.ep_comm_s, 3) << " + PP " << fixed(t.pp_comm_s, 3) << " + DP "
-      << fixed(t.dp_comm_s, 3) << " + optimizer " << fixed(t.optimizer_s, 3)
-      << " s (communication figures are the exposed part)\n";
-  const std::pair<const char*, double> parts[] = {{"compute", t.compute_s},
-                                                  {"the pipeline bubble", t.bubble_s},
-                                                  {"TP communication", t.tp_comm_s},
-                                                  {"CP communication", t.cp_comm_s},
-                                                  {"EP all-to-alls", t.ep_comm_s},
-                                                  {"PP transfers", t.pp_comm_s},
-                                                  {"DP gradient reduction", t.dp_comm_s},
-                                                  {"the optimizer", t.optimizer_s}};
-  const auto* top = &parts[0];
-  for (const auto& part : parts) {
-    if (part.second > top->second) top = &part;
-  }
-  const plan::MemoryBreakdown& m = best.memory;
-  out << "  bound by " << top->first << " (" << pct(top->second) << " of the step); memory: stage "
-      << best.binding_stage << " uses " << fixed(m.total() / kGiB, 1) << " of "
-      << fixed(best.memory_budget_bytes / kGiB, 1) << " GiB (weights " << fixed(m.weights / kGiB, 1)
-      << ", gradients " << fixed(m.gradients / kGiB, 1) << ", optimizer "
-      << fixed(m.optimizer / kGiB, 1) << ", activations " << fixed(m.activations / kGiB, 1)
-      << ", transient " << fixed(m.transient / kGiB, 1) << ")\n";
-  out << "  layers per stage:";
-  for (int b : best.plan.stage_blocks) out << " " << b;
-  out << "\n  single changes:\n";
-  auto variant = [&](const std::string& label, plan::Plan p) {
-    p.stage_blocks.clear();
-    if (p.dp > 0 && p.mbs > 0) p.num_microbatches = w.global_batch / (p.dp * p.mbs);
-    auto e = plan::evaluate(model, cluster, w, p, options);
-    if (!e.ok()) return;  // not a valid plan: nothing to compare
-    out << "    " << label << ": ";
-    if (!e->fits) {
-      out << "does not fit (needs " << fixed(e->memory.total() / kGiB, 1) << " GiB)\n";
-    } else {
-      out << fixed(100 * (e->step_time_s / best.step_time_s - 1), 1) << "% slower, "
-          << fixed(e->memory.total() / kGiB, 1) << " GiB\n";
-    }
-  };
-  const plan::Plan& b = best.plan;
-  for (plan::Recompute rc :
-       {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
-    plan::Plan p = b;
-    p.recompute = rc;
-    // Under fused attention selective equals none: not a separate choice.
-    const bool twin =
-        options.flash_attention &&
-        (rc == plan::Recompute::kSelective || b.recompute == plan::Recompute::kSelective) &&
-        rc != plan::Recompute::kFull && b.recompute != plan::Recompute::kFull;
-    if (rc != b.recompute && !twin) {
-      variant("recompute=" + std::string(plan::recompute_name(rc)), p);
-    }
-  }
-  for (int z = 0; z <= 3; ++z) {
-    plan::Plan p = b;
-    p.zero = z;
-    if (z != b.zero) variant("zero=" + std::to_string(z), p);
-  }
-  if (b.tp > 1) {
-    plan::Plan p = b;
-    p.sp = !b.sp;
-    variant(std::string("sp=") + (p.sp ? "1" : "0"), p);
-  }
-  for (int mbs : {b.mbs * 2, b.mbs / 2}) {
-    plan::Plan p = b;
-    p.mbs = mbs;
-    if (mbs >= 1 && w.global_batch % (static_cast<int64_t>(b.dp) * mbs) == 0) {
-      variant("mbs=" + std::to_string(mbs), p);
-    }
-  }
-  if (plans.size() > 1) {
-    out << "  runner-up (" << plan::plan_summary(plans[1].plan) << ") is "
-        << fixed(100 * (plans[1].step_time_s / best.step_time_s - 1), 2) << "% slower\n";
-  }
-  return out.str();
 }
 
 // --calibrate: measure, write the file, print what was measured.
@@ -257,7 +168,9 @@ void run_plan(const PlanOptions& o) {
             << r.feasible << " fit in " << fixed(r.plans.front().memory_budget_bytes / kGiB, 1)
             << " GiB, " << fixed(r.elapsed_ms, 1) << " ms\n\n"
             << plans_table(r.plans);
-  if (o.explain) std::cout << explain(model, cluster, w, r.plans, options);
+  if (o.explain) {
+    std::cout << plan::explanation_text(plan::explain_best(model, cluster, w, r.plans, options));
+  }
 }
 
 }  // namespace

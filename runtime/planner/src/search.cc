@@ -12,6 +12,7 @@
 #include <map>
 #include <tuple>
 
+#include "rules.h"
 #include "tessera/plan/partition.h"
 #include "tessera/plan/stage_model.h"
 
@@ -108,44 +109,56 @@ class Searcher {
  public:
   Searcher(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
            const SearchConstraints& c, const CostOptions& o)
-      : model_(model), cluster_(cluster), w_(w), c_(c), o_(o), flops_(step_flops(model, w)) {}
+      : model_(model),
+        cluster_(cluster),
+        w_(w),
+        c_(c),
+        o_(o),
+        context_{model, cluster, w, o},
+        flops_(step_flops(model, w)) {}
 
   // Calls visit(plan) for every valid combination, in a fixed order, until visit returns false.
+  // The loops generate sizes (divisors of what is left, within the search's caps) and the
+  // constraints' fixed values; validity is the rule table's (rules.h), checked at the loop of
+  // the last dimension each rule reads.
   template <typename Visit>
   void enumerate(Visit&& visit) {
     const int64_t n = cluster_.devices();
     const int64_t tp_cap = o_.allow_tp_across_hosts ? n : cluster_.devices_per_host;
+    const rules::Context& ctx = context_;
+    Plan p;
     for (int tp : divisors(n, tp_cap)) {
-      if (!allowed(c_.tp, tp) || model_.heads % tp != 0) continue;
-      if (model_.kv_heads % tp != 0 && tp % model_.kv_heads != 0) continue;
+      p.tp = tp;
+      if (!allowed(c_.tp, tp) || !rules_.holds(rules::kTp, ctx, p)) continue;
       for (int cp : divisors(n / tp, c_.cp ? *c_.cp : c_.max_cp)) {
-        if (!allowed(c_.cp, cp) || (cp > 1 && w_.seq_len % (2 * cp) != 0)) continue;
+        p.cp = cp;
+        if (!allowed(c_.cp, cp) || !rules_.holds(rules::kCp, ctx, p)) continue;
         for (int pp : divisors(n / tp / cp, model_.num_blocks)) {
-          if (!allowed(c_.pp, pp)) continue;
-          const int dp = static_cast<int>(n / tp / cp / pp);
-          if (!allowed(c_.dp, dp) || w_.global_batch % dp != 0) continue;
-          for (int ep : divisors(dp, model_.experts > 0 ? model_.experts : 1)) {
-            if (!allowed(c_.ep, ep) || (ep > 1 && model_.experts % ep != 0)) continue;
-            for (int mbs : divisors(w_.global_batch / dp, w_.global_batch)) {
-              if (!allowed(c_.mbs, mbs)) continue;
-              const int64_t m = w_.global_batch / dp / mbs;
+          p.pp = pp;
+          if (!allowed(c_.pp, pp) || !rules_.holds(rules::kPp, ctx, p)) continue;
+          p.dp = static_cast<int>(n / tp / cp / pp);
+          if (!allowed(c_.dp, p.dp) || !rules_.holds(rules::kDp, ctx, p)) continue;
+          for (int ep : divisors(p.dp, model_.experts > 0 ? model_.experts : 1)) {
+            p.ep = ep;
+            if (!allowed(c_.ep, ep) || !rules_.holds(rules::kEp, ctx, p)) continue;
+            for (int mbs : divisors(w_.global_batch / p.dp, w_.global_batch)) {
+              p.mbs = mbs;
+              if (!allowed(c_.mbs, mbs) || !rules_.holds(rules::kMbs, ctx, p)) continue;
+              p.num_microbatches = w_.global_batch / p.dp / mbs;
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                if (!allowed(c_.sp, sp == 1)) continue;
+                p.sp = sp == 1;
+                if (!allowed(c_.sp, p.sp) || !rules_.holds(rules::kSp, ctx, p)) continue;
                 for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                  p.recompute = rc;
                   if (!allowed(c_.recompute, rc)) continue;
                   // With fused attention selective recomputation equals none: skip the twin.
                   if (rc == Recompute::kSelective && o_.flash_attention && !c_.recompute) continue;
                   for (int vp = 1; vp <= c_.max_vp || (c_.vp && vp <= *c_.vp); ++vp) {
-                    if (!allowed(c_.vp, vp)) continue;
-                    if (vp > 1 && (pp == 1 || model_.num_blocks % (pp * vp) != 0 || m % pp != 0)) {
-                      continue;
-                    }
+                    p.vp = vp;
+                    if (!allowed(c_.vp, vp) || !rules_.holds(rules::kVp, ctx, p)) continue;
                     for (int zero = 0; zero <= 3; ++zero) {
-                      if (!allowed(c_.zero, zero) || (zero == 3 && pp > 1)) continue;
-                      Plan p;
-                      p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.mbs = mbs;
-                      p.num_microbatches = m, p.sp = sp == 1, p.recompute = rc, p.vp = vp;
                       p.zero = zero;
+                      if (!allowed(c_.zero, zero) || !rules_.holds(rules::kZero, ctx, p)) continue;
                       if (!visit(p)) return;
                     }
                   }
@@ -288,6 +301,8 @@ class Searcher {
   const Workload& w_;
   const SearchConstraints& c_;
   const CostOptions& o_;
+  const rules::Context context_;
+  const rules::ByLevel rules_;
   StepFlops flops_;
   std::map<ShapeTuple, ShapeCosts> shapes_;
   std::map<std::tuple<int, int, int, int, bool, int, int>, std::vector<int>> partitions_;
@@ -305,76 +320,28 @@ std::string num(int64_t v) {
   return std::to_string(v);
 }
 
-// A fixed value that no plan can satisfy gets its own reason, before the search says "none".
+// A fixed value that no plan can satisfy gets its own reason (the first rule it breaks, rules.h)
+// before the search says "none".
 Status check_fixed(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
                    const SearchConstraints& c, const CostOptions& o) {
-  const int64_t n = cluster.devices();
-  auto divides = [&](const char* key, int v) -> Status {
-    if (n % v != 0) {
-      return invalid_argument(std::string(key) + "=" + num(v) + " does not divide the " + num(n) +
-                              " devices");
-    }
-    return Status();
+  Plan fixed;
+  uint16_t known = 0;
+  auto take = [&](const auto& value, auto& field, rules::Dim dim) {
+    if (!value) return;
+    field = *value;
+    known |= dim;
   };
-  if (c.tp) {
-    TSR_RETURN_IF_ERROR(divides("tp", *c.tp));
-    if (model.heads % *c.tp != 0) {
-      return invalid_argument("tp=" + num(*c.tp) + " does not divide num_attention_heads " +
-                              num(model.heads));
-    }
-    if (model.kv_heads % *c.tp != 0 && *c.tp % model.kv_heads != 0) {
-      return invalid_argument("tp=" + num(*c.tp) + " neither divides nor is a multiple of " +
-                              "num_key_value_heads " + num(model.kv_heads));
-    }
-    if (*c.tp > cluster.devices_per_host && !o.allow_tp_across_hosts) {
-      return invalid_argument("tp=" + num(*c.tp) + " exceeds the " + num(cluster.devices_per_host) +
-                              " devices of a host");
-    }
-    if (c.sp && *c.sp && *c.tp == 1) return invalid_argument("sp=1 needs tp > 1");
-  }
-  if (c.pp) {
-    TSR_RETURN_IF_ERROR(divides("pp", *c.pp));
-    if (*c.pp > model.num_blocks) {
-      return invalid_argument("pp=" + num(*c.pp) + " exceeds the model's " + num(model.num_blocks) +
-                              " layers");
-    }
-    if (c.zero && *c.zero == 3 && *c.pp > 1) {
-      return invalid_argument("zero=3 with pp>1 is not supported");
-    }
-    if (c.vp && *c.vp > 1 && model.num_blocks % (*c.pp * *c.vp) != 0) {
-      return invalid_argument("vp=" + num(*c.vp) + ": " + num(model.num_blocks) +
-                              " layers do not split evenly into pp*vp = " + num(*c.pp * *c.vp) +
-                              " chunks");
-    }
-  }
-  if (c.vp && *c.vp > 1 && c.pp && *c.pp == 1) return invalid_argument("vp>1 needs pp>1");
-  if (c.dp) {
-    TSR_RETURN_IF_ERROR(divides("dp", *c.dp));
-    if (w.global_batch % *c.dp != 0) {
-      return invalid_argument("dp=" + num(*c.dp) + " does not divide the global batch " +
-                              num(w.global_batch));
-    }
-  }
-  if (c.cp) {
-    TSR_RETURN_IF_ERROR(divides("cp", *c.cp));
-    if (*c.cp > 1 && w.seq_len % (2 * *c.cp) != 0) {
-      return invalid_argument("cp=" + num(*c.cp) + ": sequence length " + num(w.seq_len) +
-                              " is not a multiple of 2*cp");
-    }
-  }
-  if (c.ep && *c.ep > 1) {
-    if (model.experts == 0)
-      return invalid_argument("ep=" + num(*c.ep) + " but the model has no experts");
-    if (model.experts % *c.ep != 0) {
-      return invalid_argument("ep=" + num(*c.ep) + " does not divide the " + num(model.experts) +
-                              " experts");
-    }
-  }
-  if (c.mbs && w.global_batch % *c.mbs != 0) {
-    return invalid_argument("mbs=" + num(*c.mbs) + " does not divide the global batch " +
-                            num(w.global_batch));
-  }
-  return Status();
+  take(c.tp, fixed.tp, rules::kTp);
+  take(c.cp, fixed.cp, rules::kCp);
+  take(c.pp, fixed.pp, rules::kPp);
+  take(c.dp, fixed.dp, rules::kDp);
+  take(c.ep, fixed.ep, rules::kEp);
+  take(c.mbs, fixed.mbs, rules::kMbs);
+  take(c.sp, fixed.sp, rules::kSp);
+  take(c.recompute, fixed.recompute, rules::kRecompute);
+  take(c.vp, fixed.vp, rules::kVp);
+  take(c.zero, fixed.zero, rules::kZero);
+  return rules::check({model, cluster, w, o}, fixed, known);
 }
 
 Status check_workload(const Workload& w) {
@@ -411,12 +378,7 @@ Result<SearchResult> search_plans(const ir::Model& model, const ClusterSpec& clu
   TSR_RETURN_IF_ERROR(validate_model(model));
   TSR_RETURN_IF_ERROR(check_workload(w));
   TSR_RETURN_IF_ERROR(validate_cluster(cluster, w.dtype));
-  for (const ir::Layer& l : model.layers) {
-    if (l.kind == ir::LayerKind::kEmbedding && l.positions > 0 && w.seq_len > l.positions) {
-      return invalid_argument("sequence length " + num(w.seq_len) + " exceeds the model's " +
-                              num(l.positions) + " learned positions");
-    }
-  }
+  // The rules reading no plan dimension (learned positions) are checked here too.
   TSR_RETURN_IF_ERROR(check_fixed(model, cluster, w, c, o));
   Searcher s(model, cluster, w, c, o);
   TSR_RETURN_IF_ERROR(check_work(model, s));
