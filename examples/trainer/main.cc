@@ -42,12 +42,26 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", o.metrics_path, "rank 0 writes one JSON line per step here");
   app.add_option("--log-every", o.log_every, "print a progress line every N steps (0: none)")
       ->capture_default_str();
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (enables snapshots)");
-  app.add_option("--snapshot-every", o.snapshot_every, "in-memory snapshot every N steps")
+  app.add_option("--ckpt-dir", o.ckpt_dir,
+                 "checkpoint directory (with --snapshot-every; default tessera-train-ckpt): a run "
+                 "resumes from its `latest` and locks it");
+  app.add_option("--snapshot-every", o.snapshot_every,
+                 "snapshot (in memory, saved to --ckpt-dir) every N steps")
       ->capture_default_str();
   app.add_option("--save-every", o.save_every,
                  "every Nth save to storage is full, the others deltas (0: 4)")
       ->capture_default_str();
+  app.add_flag("--fresh", o.fresh,
+               "start from step 0 instead of resuming; refuses a --ckpt-dir that holds anything");
+  app.add_flag("--overwrite", o.overwrite,
+               "with --fresh: delete the checkpoints already in --ckpt-dir");
+  app.add_flag("--allow-other-run", o.allow_other_run,
+               "resume from a checkpoint written by another run (other model sizes or seed)");
+  app.add_option("--max-failed-saves", o.max_failed_saves,
+                 "stop with exit code 3 after N failed saves in a row (0: never)")
+      ->capture_default_str();
+  app.add_option("--fail-saves-from", o.fail_saves_from,
+                 "fault injection: every save of this step or a later one fails (a full disk)");
   app.add_option("--kill-rank", o.kill_rank, "fault injection: this rank SIGKILLs itself");
   app.add_option("--kill-step", o.kill_step, "... before this step, in generation 0 only");
   app.add_option("--switch-step", o.switch_step, "re-plan before this step");

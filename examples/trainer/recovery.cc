@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "tessera/checkpoint/comm_rank_group.h"
+#include "tessera/checkpoint/manifest.h"
 #include "tessera/common/log.h"
 
 namespace tessera::trainer {
@@ -42,8 +43,82 @@ std::string Session::rank_text() const {
   return "rank " + std::to_string(bootstrap_->info().rank);
 }
 
+std::string Session::ckpt_dir() const {
+  return o_.ckpt_dir.empty() ? "tessera-train-ckpt" : o_.ckpt_dir;
+}
+
+// Rank 0 locks the directory and, in generation 0, decides how the job starts (ckpt_dir.h); every
+// rank learns the decision through the bootstrap, so that all start from the same step or all
+// fail. A restarted rank does not decide: it restores (rank 0 takes the lock again, the kernel
+// dropped its predecessor's).
+Result<int64_t> Session::claim_ckpt_dir() {
+  const int rank = bootstrap_->info().rank;
+  const bool first_generation = bootstrap_->info().generation == 0;
+  std::string verdict;  // rank 0: "resume <step>", "fresh", or "error <message>"
+  if (rank == 0) {
+    auto lock = DirLock::acquire(ckpt_dir());
+    if (!lock.ok() && !first_generation) return lock.status();
+    if (!lock.ok()) {
+      verdict = "error " + lock.status().message();
+    } else {
+      lock_ = std::move(lock).value();
+    }
+  }
+  if (!first_generation) return int64_t(-1);
+  if (rank == 0 && lock_) {
+    const StartPolicy policy{o_.fresh, o_.overwrite, o_.allow_other_run, o_.train.steps,
+                             run_identity(o_.train)};
+    auto d = decide_start(ckpt_dir(), policy);
+    if (!d.ok()) {
+      verdict = "error " + d.status().message();
+    } else {
+      std::printf("%s\n", d->note.c_str());
+      std::fflush(stdout);
+      verdict = d->resume_step >= 0 ? "resume " + std::to_string(d->resume_step) : "fresh";
+    }
+  }
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                       bootstrap_->allgather("tessera-train/ckpt-dir", verdict));
+  const std::string& v = all.at(0);
+  if (v.rfind("error ", 0) == 0) {
+    return failed_precondition(rank == 0 ? v.substr(6)
+                                         : "rank 0 refused --ckpt-dir " + ckpt_dir() +
+                                               " (its message says why)");
+  }
+  if (v.rfind("resume ", 0) == 0) return int64_t(std::stoll(v.substr(7)));
+  return int64_t(-1);
+}
+
+// Loads the committed step `step` (every rank; resharded when the plan differs from the saved one).
+Status Session::resume(int64_t step) {
+  ckpt::LoadOptions options;
+  options.step = step;
+  auto r = ckpt_->load(options);
+  if (!r.ok()) {
+    return r.status().with_context("resuming from " + ckpt_dir() + "/" + ckpt::step_dir_name(step) +
+                                   " (--fresh --overwrite starts over)");
+  }
+  next_step_ = step;
+  last_snapshot_step_ = step;  // committed already: not saved again
+  return Status();
+}
+
 Status Session::start() {
   const double t0 = now_s(), w0 = wall_s();
+  int64_t resume_step = -1;
+  if (o_.snapshot_every > 0) {
+    TSR_ASSIGN_OR_RETURN(resume_step, claim_ckpt_dir());
+  }
+  if (resume_step >= 0 && o_.switch_step >= 0 && resume_step >= o_.switch_step) {
+    // The checkpoint is past the switch: run the plan and batch the job switched to.
+    TSR_ASSIGN_OR_RETURN(o_.train.plan, parse_plan(o_.switch_plan_text));
+    if (o_.switch_batch > 0) o_.train.global_batch = o_.switch_batch;
+    switched_ = true;
+    if (bootstrap_->info().rank == 0) {  // for a rank restarted later
+      TSR_RETURN_IF_ERROR(bootstrap_->store().set(
+          kPlanKey, o_.switch_plan_text + ";" + std::to_string(o_.train.global_batch)));
+    }
+  }
   if (bootstrap_->info().generation > 0 && o_.switch_step >= 0) {
     // Restarted after the plan switch: join the survivors in the plan they run now.
     auto plan = bootstrap_->store().get(kPlanKey, std::chrono::milliseconds(100));
@@ -59,10 +134,11 @@ Status Session::start() {
   TSR_RETURN_IF_ERROR(make_checkpointer());
   const int generation = bootstrap_->info().generation;
   if (generation == 0) {
+    if (resume_step >= 0) return resume(resume_step);
     // Complete before step 1, so that a fault at any later point finds a snapshot somewhere.
     SnapshotReport unused;
     TSR_RETURN_IF_ERROR(snapshot(0, &unused));
-    return ckpt_->wait().status();
+    return collect_save();
   }
   // A restarted rank: the survivors are re-forming with us; take our state from the buddy.
   const double reformed = now_s();
@@ -105,13 +181,25 @@ Status Session::make_checkpointer() {
   TSR_ASSIGN_OR_RETURN(ckpt_comm_, coll::Communicator::create(bootstrap_, trainer_->device()));
   if (ckpt_) return ckpt_->rebind(std::make_shared<ckpt::CommRankGroup>(ckpt_comm_));
   ckpt::CheckpointOptions c;
-  c.dir = o_.ckpt_dir.empty() ? "tessera-train-ckpt" : o_.ckpt_dir;
+  c.dir = ckpt_dir();
   c.peer_replica = true;
   c.full_every = o_.save_every > 0 ? int(o_.save_every) : 4;
   c.chunk_bytes = 64 << 10;  // small model: fine chunks make the deltas small
   c.fsync = false;           // a demo/test directory; the commit protocol still holds
   c.keep_last = 2;
   c.layout = plan_text(trainer_->layout().plan);
+  c.metadata[kRunIdentityKey] = run_identity(o_.train);
+  if (o_.fail_saves_from >= 0) {
+    // Fault injection: the save fails on every rank once its shard is written, as a full disk
+    // would fail it. The hook runs on the persist thread; the Checkpointer dies before *this.
+    c.fault_hook = [this](ckpt::FaultPoint point) {
+      if (point != ckpt::FaultPoint::kAfterShards || saving_step_.load() < o_.fail_saves_from) {
+        return Status();
+      }
+      return resource_exhausted("fault injection (--fail-saves-from " +
+                                std::to_string(o_.fail_saves_from) + "): No space left on device");
+    };
+  }
   TSR_ASSIGN_OR_RETURN(
       ckpt_, ckpt::Checkpointer::create(c, std::make_shared<ckpt::CommRankGroup>(ckpt_comm_)));
   return register_state();
@@ -154,26 +242,47 @@ Status Session::register_state() {
   return Status();
 }
 
+// The failed-save policy: a failed save is a warning (the snapshot in memory and the buddy's copy
+// still cover a lost rank), o_.max_failed_saves of them in a row stop the run. Every rank sees the
+// same outcome (the commit is collective), so every rank stops at the same save.
+Status Session::collect_save() {
+  if (!save_pending_) return Status();
+  save_pending_ = false;
+  TSR_ASSIGN_OR_RETURN(ckpt::SaveResult r, ckpt_->wait());
+  last_save_ = r;
+  if (r.status.ok()) {
+    failed_saves_ = 0;
+    return Status();
+  }
+  ++failed_saves_;
+  TSR_LOG(kWarn, "trainer") << rank_text() << ": save of step " << r.step << " to " << ckpt_dir()
+                            << " failed (" << failed_saves_ << " in a row): " << r.status.message();
+  if (o_.max_failed_saves > 0 && failed_saves_ >= o_.max_failed_saves) {
+    saves_failing_ = true;
+    return r.status.with_context(std::to_string(failed_saves_) + " saves to " + ckpt_dir() +
+                                 " failed in a row (--max-failed-saves " +
+                                 std::to_string(o_.max_failed_saves) + "); the last, of step " +
+                                 std::to_string(r.step));
+  }
+  return Status();
+}
+
 Status Session::snapshot(int64_t step, SnapshotReport* out) {
   // Stall: what the training thread waits for, the previous save's end (BusyPolicy::kWait) and
   // the snapshot copy.
   const double t0 = now_s();
-  if (last_snapshot_step_ >= 0) {
-    auto prev = ckpt_->wait();  // the previous save ran in the background during the interval
-    if (prev.ok()) {
-      if (!prev->status.ok()) {
-        TSR_LOG(kWarn, "trainer") << rank_text() << ": save of step " << prev->step
-                                  << " failed: " << prev->status.message();
-      }
-      out->bytes_full = prev->bytes_full;
-      out->bytes_written = prev->bytes_written;
-      out->delta = prev->delta;
-      out->chunks = prev->chunks;
-      out->chunks_changed = prev->chunks_changed;
-      out->saved_step = prev->step;
-    }
+  TSR_RETURN_IF_ERROR(collect_save());  // the previous save ran in the background meanwhile
+  if (last_save_) {
+    out->bytes_full = last_save_->bytes_full;
+    out->bytes_written = last_save_->bytes_written;
+    out->delta = last_save_->delta;
+    out->chunks = last_save_->chunks;
+    out->chunks_changed = last_save_->chunks_changed;
+    out->saved_step = last_save_->step;
   }
+  saving_step_.store(step);
   TSR_RETURN_IF_ERROR(ckpt_->save_async(step).status());
+  save_pending_ = true;
   out->taken = true;
   out->stall_s = now_s() - t0;
   last_snapshot_step_ = step;
@@ -236,7 +345,8 @@ Status Session::recover(const Status& failure) {
                             << "); re-forming the communicators";
   trainer_->abort_communication(failure.message());
   if (ckpt_comm_) ckpt_comm_->abort(failure.message());
-  ckpt_->wait().status().ignore();  // a save in flight fails against the dead peer: fine
+  ckpt_->wait().status().ignore();  // a save in flight fails against the dead peer: not counted
+  save_pending_ = false;
   ckpt_comm_.reset();
   auto generation = bootstrap_->next_generation(kRestartWait);
   if (!generation.ok()) {
@@ -280,10 +390,10 @@ Status Session::switch_plan(SessionStep* out) {
       validate_plan(next, o_.train.model, batch, bootstrap_->info().size).with_context(where));
   // A snapshot of this very step, complete, is what reshard_from_memory moves.
   if (last_snapshot_step_ != next_step_) {
-    TSR_RETURN_IF_ERROR(ckpt_->save_async(next_step_).status().with_context(where));
-    last_snapshot_step_ = next_step_;
+    SnapshotReport unused;
+    TSR_RETURN_IF_ERROR(snapshot(next_step_, &unused).with_context(where));
   }
-  TSR_RETURN_IF_ERROR(ckpt_->wait().status().with_context(where));
+  TSR_RETURN_IF_ERROR(collect_save().with_context(where));
   TrainOptions t = o_.train;
   t.plan = next;
   t.global_batch = batch;
@@ -294,6 +404,8 @@ Status Session::switch_plan(SessionStep* out) {
   TSR_RETURN_IF_ERROR(register_state().with_context(where));
   auto moved = ckpt_->reshard_from_memory();
   if (!moved.ok()) return moved.status().with_context(where);
+  // The next manifests record the plan the state is now laid out in.
+  TSR_RETURN_IF_ERROR(ckpt_->set_layout(plan_text(trainer_->layout().plan)).with_context(where));
   old.reset();
   o_.train.plan = next;
   o_.train.global_batch = batch;
@@ -320,8 +432,16 @@ Status Session::switch_plan(SessionStep* out) {
 
 Status Session::finish() {
   if (!ckpt_) return Status();
-  auto r = ckpt_->wait();
-  if (!r.ok() && r.status().code() != StatusCode::kFailedPrecondition) return r.status();
+  if (next_step_ > last_snapshot_step_) {  // the final state, for a later run to resume from
+    SnapshotReport unused;
+    TSR_RETURN_IF_ERROR(snapshot(next_step_, &unused));
+  }
+  TSR_RETURN_IF_ERROR(collect_save());
+  if (last_save_ && last_save_->step == next_step_ && !last_save_->status.ok()) {
+    saves_failing_ = true;
+    return last_save_->status.with_context("the final save (step " + std::to_string(next_step_) +
+                                           ") to " + ckpt_dir() + " failed");
+  }
   return Status();
 }
 

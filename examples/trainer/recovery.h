@@ -9,14 +9,21 @@
 //   re-form the communicators and the overlap engine, rebind the checkpointer and restore; the
 //   restarted rank starts in the new generation and restores from its buddy's memory. Everyone
 //   resumes from the restored step; data is a function of (seed, step), so the replay is bitwise.
+// - The checkpoint directory (ckpt_dir.h): rank 0 locks it for the job; a new job resumes from
+//   its `latest` (or starts fresh with --fresh) and saves its final step at the end. A save that
+//   fails is a warning; --max-failed-saves in a row, or a failed final save, end the run with
+//   kExitSavesFailing (saves_failing()).
 // - Plan switch: before `switch_step` the state moves in memory to the new layout
 //   (Checkpointer::reshard_from_memory) and a new Trainer runs the rest.
 // One thread per rank.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "ckpt_dir.h"
 #include "run.h"
 #include "tessera/checkpoint/checkpointer.h"
 #include "tessera/coll/bootstrap.h"
@@ -54,11 +61,18 @@ class Session {
   // Runs next_step() (recovering from a peer's death on the way when snapshots are on).
   Result<SessionStep> step();
   Trainer& trainer() { return *trainer_; }
-  // Waits for the last save.
+  // Saves the final step (when snapshots are on and it is not saved yet) and waits for it: an
+  // error when it failed.
   Status finish();
+  // The run failed because checkpoint saves kept failing (or the final one did).
+  bool saves_failing() const { return saves_failing_; }
 
  private:
+  std::string ckpt_dir() const;
+  Result<int64_t> claim_ckpt_dir();  // the step to resume from, -1: from the start
+  Status resume(int64_t step);
   Status make_checkpointer();
+  Status collect_save();  // waits for the save in flight and applies the failed-save policy
   Status register_state();
   Status snapshot(int64_t step, SnapshotReport* out);
   Status recover(const Status& failure);
@@ -75,6 +89,12 @@ class Session {
   int64_t next_step_ = 0;
   bool switched_ = false;
   int64_t last_snapshot_step_ = -1;
+  std::unique_ptr<DirLock> lock_;  // rank 0: the checkpoint directory is this job's
+  bool save_pending_ = false;      // a save_async whose outcome collect_save() has not seen
+  std::optional<ckpt::SaveResult> last_save_;
+  int64_t failed_saves_ = 0;  // in a row
+  bool saves_failing_ = false;
+  std::atomic<int64_t> saving_step_{-1};  // read by the fault hook on the persist thread
   // Recovery timing (seconds on the steady clock, wall-clock for the kill time).
   struct Recovery {
     bool pending = false;

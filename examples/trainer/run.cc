@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
+#include <utility>
 
 #include "dump.h"
 #include "recovery.h"
@@ -38,6 +39,55 @@ void print_progress(const StepReport& r, const RunOptions& o, int64_t batch, dou
 
 }  // namespace
 
+Status check_run_options(const RunOptions& o, int world_size) {
+  const std::string steps = " (--steps " + std::to_string(o.train.steps) + ": steps 0.." +
+                            std::to_string(o.train.steps - 1) + ")";
+  if (o.train.steps < 0 || o.snapshot_every < 0 || o.save_every < 0 || o.max_failed_saves < 0 ||
+      o.log_every < 0) {
+    return invalid_argument(
+        "--steps, --snapshot-every, --save-every, --max-failed-saves and --log-every must not be "
+        "negative");
+  }
+  if (o.snapshot_every == 0) {
+    // Without snapshots the checkpointer is off: these flags would be silently ignored.
+    for (const auto& [given, flag] :
+         {std::pair{!o.ckpt_dir.empty(), "--ckpt-dir"}, std::pair{o.fresh, "--fresh"},
+          std::pair{o.allow_other_run, "--allow-other-run"},
+          std::pair{o.fail_saves_from >= 0, "--fail-saves-from"},
+          std::pair{o.switch_step >= 0, "--switch-step"}}) {
+      if (given) return invalid_argument(std::string(flag) + " needs --snapshot-every N");
+    }
+  }
+  if (o.overwrite && !o.fresh) {
+    return invalid_argument("--overwrite needs --fresh (it deletes what a fresh start refuses)");
+  }
+  if (o.fresh && o.allow_other_run) {
+    return invalid_argument("--allow-other-run resumes; --fresh does not: give one of them");
+  }
+  if ((o.kill_rank >= 0) != (o.kill_step >= 0)) {
+    return invalid_argument("--kill-rank and --kill-step go together");
+  }
+  if (o.kill_rank >= world_size) {
+    return invalid_argument("--kill-rank " + std::to_string(o.kill_rank) +
+                            " is not a rank of this " + std::to_string(world_size) + "-rank job");
+  }
+  if (o.kill_step >= o.train.steps) {
+    return invalid_argument("--kill-step " + std::to_string(o.kill_step) + " is never reached" +
+                            steps);
+  }
+  if ((o.switch_step >= 0) != !o.switch_plan_text.empty()) {
+    return invalid_argument("--switch-step and --switch-plan go together");
+  }
+  if (o.switch_batch != 0 && o.switch_step < 0) {
+    return invalid_argument("--switch-batch needs --switch-step");
+  }
+  if (o.switch_step >= o.train.steps) {
+    return invalid_argument("--switch-step " + std::to_string(o.switch_step) + " is never reached" +
+                            steps);
+  }
+  return Status();
+}
+
 static std::string step_json(const StepReport& r, const TrainPlan& plan,
                              const SnapshotReport& snap) {
   char buf[768];
@@ -61,13 +111,23 @@ int run_training(RunOptions o) {
   if (!bootstrap.ok()) return fail(-1, bootstrap.status());
   const coll::LaunchInfo info = (*bootstrap)->info();
   const int rank = info.rank;
+  if (Status s = check_run_options(o, info.size); !s.ok()) {
+    std::fprintf(stderr, "tessera-train: %s\n", s.message().c_str());
+    return 2;
+  }
   if (!o.plan_given) {
     o.train.plan = TrainPlan{};
     o.train.plan.dp = info.size;
   }
   Session session(o, *bootstrap);
+  // Saves that keep failing get their own exit code: the training may be fine, its state is not
+  // on storage.
+  auto stop = [&](const Status& failure) {
+    const int code = fail(rank, failure);
+    return session.saves_failing() ? kExitSavesFailing : code;
+  };
   Status s = session.start();
-  if (!s.ok()) return fail(rank, s);
+  if (!s.ok()) return stop(s);
   std::FILE* metrics = nullptr;
   if (rank == 0 && !o.metrics_path.empty()) {
     // Append mode (O_APPEND): a restarted rank appends its own recovery line to the same file.
@@ -94,7 +154,7 @@ int run_training(RunOptions o) {
       ::raise(SIGKILL);
     }
     auto r = session.step();
-    if (!r.ok()) return fail(rank, r.status());
+    if (!r.ok()) return stop(r.status());
     if (r->recovered) {  // every rank's own view: a survivor's and the restarted rank's differ
       std::printf("rank %d %s\n", rank, r->recovery_text.c_str());
       std::fflush(stdout);
@@ -129,7 +189,7 @@ int run_training(RunOptions o) {
   auto checksum = session.trainer().gather_params(o.params_out);
   if (!checksum.ok()) return fail(rank, checksum.status());
   s = session.finish();
-  if (!s.ok()) return fail(rank, s);
+  if (!s.ok()) return stop(s);
   // Nobody tears its communicators down while a peer may still drain the last collective.
   s = session.trainer().world().barrier();
   if (!s.ok()) return fail(rank, s.with_context("final barrier"));

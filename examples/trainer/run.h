@@ -20,6 +20,13 @@ struct RunOptions {
   int64_t snapshot_every = 0;  // 0: no snapshots, no recovery
   int64_t save_every = 0;      // every snapshot is also saved to storage: a full save every
                                // Nth, deltas between (0: 4)
+  // Starting in a directory that holds checkpoints (ckpt_dir.h): resume from `latest` unless
+  // `fresh`; `overwrite` lets `fresh` delete what is there; `allow_other_run` resumes from a
+  // checkpoint of another run identity.
+  bool fresh = false, overwrite = false, allow_other_run = false;
+  // This many failed saves in a row stop the run (exit code kExitSavesFailing); 0: never.
+  int64_t max_failed_saves = 3;
+  int64_t fail_saves_from = -1;  // fault injection: every save of a step >= this one fails
   int kill_rank = -1;
   int64_t kill_step = -1;
   // Re-planning.
@@ -28,7 +35,16 @@ struct RunOptions {
   int64_t switch_batch = 0;  // the global batch after the switch (0: unchanged)
 };
 
-// Returns the process exit code (0 on success); errors are printed as one line naming the rank.
+// The exit code of a run stopped because checkpoint saves kept failing (--max-failed-saves) or
+// the final save failed: the training may be fine, its state is not on storage.
+inline constexpr int kExitSavesFailing = 3;
+
+// Flags that contradict each other or can never take effect (a kill after the last step, an
+// --overwrite without --fresh, a --kill-rank outside the world). INVALID_ARGUMENT naming them.
+Status check_run_options(const RunOptions& options, int world_size);
+
+// Returns the process exit code (0 on success, kExitSavesFailing, else 1 or 2); errors are
+// printed as one line naming the rank.
 int run_training(RunOptions options);
 
 }  // namespace tessera::trainer

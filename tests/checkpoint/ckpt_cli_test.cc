@@ -3,9 +3,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include "cli_run.h"
+#define XXH_INLINE_ALL  // the manifest checksum, header-only
+#include <xxhash.h>
 
 #include "support/model_state.h"
 #include "support/socket_rank_group.h"
@@ -107,7 +111,8 @@ TEST_F(CkptCliTest, DiffSaysWhichTensorsDiffer) {
 TEST_F(CkptCliTest, AStepNumberOutOfRangeIsAnErrorNotAnAbort) {
   std::ofstream(dir_ / "latest", std::ios::trunc) << "step-99999999999999999999\n";
   auto ls = ckpt("ls " + dir_.path() + " --json");
-  ASSERT_EQ(ls.code, 0) << ls.err;
+  ASSERT_EQ(ls.code, 1) << ls.err;  // listed, and `latest` reported as broken
+  EXPECT_NE(ls.err.find("out of range"), std::string::npos) << ls.err;
   auto j = nlohmann::json::parse(ls.out);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[1]["latest"], false);
@@ -117,6 +122,145 @@ TEST_F(CkptCliTest, AStepNumberOutOfRangeIsAnErrorNotAnAbort) {
   auto inspect = ckpt("inspect " + huge);
   EXPECT_EQ(inspect.code, 2) << inspect.err;
   EXPECT_NE(inspect.err.find("out of range"), std::string::npos) << inspect.err;
+}
+
+// `latest` is part of a checkpoint: one naming nothing fails verify and ls (which still lists).
+TEST_F(CkptCliTest, ALatestNamingNothingFailsVerifyAndLs) {
+  for (const char* latest : {"step-99", "../.."}) {
+    std::ofstream(dir_ / "latest", std::ios::trunc) << latest << "\n";
+    auto verify = ckpt("verify " + dir_.path());
+    EXPECT_EQ(verify.code, 1) << latest << ": " << verify.err;
+    EXPECT_NE(verify.err.find("latest'"), std::string::npos) << verify.err;
+    auto ls = ckpt("ls " + dir_.path() + " --json");
+    EXPECT_EQ(ls.code, 1) << latest << ": " << ls.err;
+    EXPECT_NE(ls.err.find(std::string(latest) == "../.." ? "malformed" : "names step-99"),
+              std::string::npos)
+        << ls.err;
+    auto j = nlohmann::json::parse(ls.out);
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_EQ(j[1]["committed"], false);
+    auto inspect = ckpt("inspect " + dir_.path());
+    EXPECT_EQ(inspect.code, 2) << inspect.err;
+  }
+}
+
+// A step-N/ newer than `latest` is not a checkpoint (a crash between the rename and `latest`).
+TEST_F(CkptCliTest, AStepNewerThanLatestIsLabelledUnpublished) {
+  std::ofstream(dir_ / "latest", std::ios::trunc) << "step-1\n";
+  auto ls = ckpt("ls " + dir_.path() + " --json");
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  auto j = nlohmann::json::parse(ls.out);
+  EXPECT_EQ(j[0]["latest"], true);
+  EXPECT_EQ(j[1]["committed"], false);
+  EXPECT_EQ(j[1]["state"], "unpublished (newer than latest)");
+  auto text = ckpt("ls " + dir_.path());
+  EXPECT_NE(text.out.find("unpublished (newer than latest)"), std::string::npos) << text.out;
+  auto verify = ckpt("verify " + dir_.path());
+  EXPECT_EQ(verify.code, 0) << verify.err;
+  EXPECT_NE(verify.out.find("step-2: OK (unpublished"), std::string::npos) << verify.out;
+}
+
+// A FIFO would block open() and read() forever: refused at once (the timeout only guards the test).
+TEST_F(CkptCliTest, AFifoAsLatestManifestOrShardIsRefusedNotWaitedOn) {
+  auto fifo = [&](const std::string& rel) {
+    std::filesystem::remove(dir_ / rel);
+    ASSERT_EQ(::mkfifo((dir_ / rel).c_str(), 0600), 0);
+  };
+  auto timed = [&](const std::string& args) {
+    return run_cli("timeout 20 " TESSERA_BIN, "ckpt", args);
+  };
+  fifo("step-2/rank-00000.shard");
+  auto verify = timed("verify " + dir_.path() + "/step-2");
+  EXPECT_EQ(verify.code, 1) << verify.err;
+  EXPECT_NE(verify.err.find("is a FIFO"), std::string::npos) << verify.err;
+  fifo("step-1/manifest.json");
+  auto inspect = timed("inspect " + dir_.path() + "/step-1");
+  EXPECT_EQ(inspect.code, 2) << inspect.err;
+  EXPECT_NE(inspect.err.find("is a FIFO"), std::string::npos) << inspect.err;
+  fifo("latest");
+  auto latest = timed("inspect " + dir_.path());
+  EXPECT_EQ(latest.code, 2) << latest.err;
+  EXPECT_NE(latest.err.find("is a FIFO"), std::string::npos) << latest.err;
+}
+
+// What an adversary does after editing a manifest: recompute its checksum.
+void resign_manifest(const std::string& path, nlohmann::ordered_json j) {
+  j.erase("manifest_checksum");
+  const std::string body = j.dump();
+  j["manifest_checksum"] = hex64(XXH3_64bits(body.data(), body.size()));
+  std::ofstream(path, std::ios::trunc) << j.dump(1) << "\n";
+}
+
+nlohmann::ordered_json manifest_of(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::ordered_json::parse(in);
+}
+
+// A re-signed manifest naming a file outside the directory: verify does not read it, and the
+// error names the file without telling whether (or how large) the outside file is.
+TEST_F(CkptCliTest, AManifestNamingAFileOutsideTheDirectoryIsRefusedByName) {
+  const std::string manifest = dir_ / "step-2/manifest.json";
+  auto j = manifest_of(manifest);
+  const std::string evil =
+      "step-2/../../" + std::filesystem::path(dir_.path()).filename().string() + "-outside.shard";
+  std::ofstream(dir_.path() + "-outside.shard") << std::string(777, 'x');
+  j["files"][0]["name"] = evil;
+  resign_manifest(manifest, j);
+  auto verify = ckpt("verify " + dir_.path() + "/step-2");
+  EXPECT_EQ(verify.code, 1) << verify.err;
+  EXPECT_NE(verify.err.find("'" + evil + "' has a '..' component"), std::string::npos)
+      << verify.err;
+  EXPECT_EQ(verify.err.find("777"), std::string::npos) << verify.err;
+  std::filesystem::remove(dir_.path() + "-outside.shard");
+}
+
+// The same through reshard: a chunk read from an (intact) copy outside the directory would be
+// copied into the output.
+TEST_F(CkptCliTest, ReshardRefusesAChunkInAFileOutsideTheDirectory) {
+  const std::string copy = dir_.path() + "-copy";
+  std::filesystem::copy(dir_.path(), copy, std::filesystem::copy_options::recursive);
+  const std::string manifest = dir_ / "step-2/manifest.json";
+  auto j = manifest_of(manifest);
+  const std::string evil = "step-2/../../" + std::filesystem::path(copy).filename().string() +
+                           "/step-2/rank-00000.shard";
+  j["tensors"][0]["shards"][0]["chunks"][0]["data"]["file"] = evil;
+  resign_manifest(manifest, j);
+  std::ofstream(dir_.path() + "-plan.json") << R"({"tp": 1, "pp": 1, "dp": 1, "zero": 0})";
+  auto r = ckpt("reshard " + dir_.path() + " --to " + dir_.path() + "-plan.json --out " +
+                dir_.path() + "-out");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("'" + evil + "' has a '..' component"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "-out/step-2"));
+  for (const char* suffix : {"-copy", "-plan.json", "-out"}) {
+    std::filesystem::remove_all(dir_.path() + suffix);
+  }
+}
+
+// Absurd values are refused naming the field, not an INTERNAL error from the standard library.
+TEST_F(CkptCliTest, AManifestWithANegativeShapeOrHugeWorldIsRefusedNamingTheField) {
+  const std::string manifest = dir_ / "step-2/manifest.json";
+  const auto good = manifest_of(manifest);
+  auto j = good;
+  j["tensors"][0]["shape"][0] = -5;
+  resign_manifest(manifest, j);
+  auto diff = ckpt("diff " + dir_.path() + "/step-1 " + dir_.path() + "/step-2");
+  EXPECT_EQ(diff.code, 2) << diff.err;
+  EXPECT_NE(diff.err.find("tensor 'w1': field 'shape' has extent -5"), std::string::npos)
+      << diff.err;
+  EXPECT_EQ(diff.err.find("INTERNAL"), std::string::npos) << diff.err;
+  j = good;
+  j["world_size"] = -3;
+  resign_manifest(manifest, j);
+  auto inspect = ckpt("inspect " + dir_.path());
+  EXPECT_EQ(inspect.code, 2) << inspect.err;
+  EXPECT_NE(inspect.err.find("field 'world_size' is -3"), std::string::npos) << inspect.err;
+}
+
+// `step-2` given relative to the current directory: the root is "" (the current directory).
+TEST_F(CkptCliTest, AStepRelativeToTheCurrentDirectoryIsFound) {
+  auto r = run_cli("cd " + dir_.path() + " && " TESSERA_BIN, "ckpt", "verify step-2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step-2: OK"), std::string::npos) << r.out;
 }
 
 TEST_F(CkptCliTest, AMissingDirectoryIsOneLineAndExitTwo) {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "support.h"
+#include "tessera/checkpoint/manifest.h"
 
 namespace tessera::trainer {
 namespace {
@@ -75,11 +76,16 @@ TEST(Trainer, SwitchingPlanInMemoryMidRunMatchesOneRank) {
       train(testing::fresh_dir("ref"), 1,
             "--plan dp=1" + args + "dp=1 --ckpt-dir " + testing::fresh_dir("ref-ck"));
   ASSERT_EQ(ref.exit_code, 0) << ref.log;
+  const std::string run_ck = testing::fresh_dir("run-ck");
   const TrainRun run =
-      train(testing::fresh_dir("run"), 4,
-            "--plan dp=4" + args + "dp=2,tp=2 --ckpt-dir " + testing::fresh_dir("run-ck"));
+      train(testing::fresh_dir("run"), 4, "--plan dp=4" + args + "dp=2,tp=2 --ckpt-dir " + run_ck);
   ASSERT_EQ(run.exit_code, 0) << run.log;
   EXPECT_NE(run.log.find("plan switch before step 5"), std::string::npos) << run.log;
+  // Saves after the switch record the plan the state is laid out in, not the first one.
+  auto saved = ckpt::read_manifest(run_ck, ckpt::read_latest(run_ck).value());
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  EXPECT_GT(saved->step, 4);
+  EXPECT_EQ(saved->layout.rfind("tp=2 pp=1 dp=2 ", 0), 0u) << saved->layout;
   auto cmp = compare_params(run.params, ref.params);
   ASSERT_TRUE(cmp.ok()) << cmp.status().to_string();
   std::printf("switch dp=4 -> dp=2,tp=2: max |diff| %.3g, worst %s\n", cmp->max_abs_diff,

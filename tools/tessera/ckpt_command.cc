@@ -1,7 +1,7 @@
 // `tessera ckpt ls|inspect|verify|diff|reshard`: look into checkpoint directories written by
 // runtime/checkpoint, and rewrite one for another parallel layout. Every subcommand takes --json.
-// Exit status: 0 success (diff: identical), 1 verification failed or (diff) the checkpoints
-// differ, 2 bad arguments or unreadable input.
+// Exit status: 0 success (diff: identical), 1 verification failed, (diff) the checkpoints
+// differ or (ls, verify) `latest` names no checkpoint, 2 bad arguments or unreadable input.
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -70,6 +71,7 @@ int64_t step_number(const std::string& sub, std::string_view digits, const std::
 struct Target {
   std::string root;
   std::vector<int64_t> steps;
+  bool whole_dir = false;  // DIR was given (not DIR/step-N)
 };
 
 Target resolve(const std::string& sub, const std::string& path, bool all_steps) {
@@ -83,7 +85,7 @@ Target resolve(const std::string& sub, const std::string& path, bool all_steps) 
     }
   }
   if (!fsys::is_directory(p)) fail(sub, not_found("'" + path + "' is not a directory"));
-  Target t{p.string(), {}};
+  Target t{p.string(), {}, true};
   if (all_steps) {
     auto steps = ckpt::list_steps(t.root);
     if (!steps.ok()) fail(sub, steps.status());
@@ -93,10 +95,43 @@ Target resolve(const std::string& sub, const std::string& path, bool all_steps) 
     if (t.steps.empty()) fail(sub, not_found("no committed checkpoint in '" + path + "'"));
     return t;
   }
-  auto latest = ckpt::read_latest(t.root);
+  auto latest = ckpt::read_latest_committed(t.root);
   if (!latest.ok()) fail(sub, latest.status());
   t.steps.push_back(*latest);
   return t;
+}
+
+// What `latest` says about DIR's steps: a step is published (a checkpoint) when it is a step-N/
+// directory with N <= the step `latest` names and that step exists. `problem` is set when the
+// directory's state is not what a load expects: `latest` malformed, naming nothing, or missing
+// while step directories exist.
+struct Published {
+  std::optional<int64_t> latest;
+  Status problem;
+  bool published(const ckpt::StepInfo& s) const {
+    return s.committed && latest && s.step <= *latest;
+  }
+};
+
+Published read_published(const std::string& dir, const std::vector<ckpt::StepInfo>& steps) {
+  Published p;
+  auto latest = ckpt::read_latest_committed(dir);
+  if (latest.ok()) {
+    p.latest = *latest;
+  } else if (latest.status().code() != StatusCode::kNotFound) {
+    p.problem = latest.status();
+  } else if (std::any_of(steps.begin(), steps.end(), [](const auto& s) { return s.committed; })) {
+    p.problem = data_loss("no 'latest' in '" + dir +
+                          "': no step is published (a save interrupted "
+                          "before it wrote `latest`)");
+  }
+  return p;
+}
+
+std::string state_text(const ckpt::StepInfo& s, const Published& p) {
+  if (!s.committed) return "unfinished (.tmp)";
+  if (!p.published(s)) return p.latest ? "unpublished (newer than latest)" : "unpublished";
+  return *p.latest == s.step ? "committed, latest" : "committed";
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -116,14 +151,15 @@ uint64_t tensor_raw(const ckpt::TensorRecord& t) {
 void run_ls(const std::string& dir, bool json) {
   auto steps = ckpt::list_steps(dir);
   if (!steps.ok()) fail("ls", steps.status());
-  auto latest = ckpt::read_latest(dir);
+  const Published pub = read_published(dir, *steps);
   Json out = Json::array();
   Table table({"step", "state", "kind", "size", "ranks", "layout"});
   for (const auto& s : *steps) {
     Json row = {{"step", s.step},
                 {"dir", s.dir},
-                {"committed", s.committed},
-                {"latest", latest.ok() && *latest == s.step && s.committed}};
+                {"committed", pub.published(s)},
+                {"latest", pub.published(s) && *pub.latest == s.step},
+                {"state", state_text(s, pub)}};
     std::string kind = "-", size = "-", ranks = "-", layout = "-";
     if (s.committed) {
       auto m = ckpt::read_manifest(dir, s.step);
@@ -144,16 +180,15 @@ void run_ls(const std::string& dir, bool json) {
       }
     }
     out.push_back(row);
-    table.add({std::to_string(s.step),
-               s.committed ? (row["latest"].get<bool>() ? "committed, latest" : "committed")
-                           : "unfinished (.tmp)",
-               kind, size, ranks, layout});
+    table.add({std::to_string(s.step), state_text(s, pub), kind, size, ranks, layout});
   }
   if (json) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << table.to_string();
   }
+  // The listing is still printed: it is what one needs to repair `latest`.
+  if (!pub.problem.ok()) fail("ls", pub.problem, 1);
 }
 
 Json manifest_summary(const ckpt::Manifest& m, bool shards) {
@@ -236,6 +271,14 @@ void run_verify(const std::string& path, bool json) {
   const bool bar = !json && ::isatty(STDERR_FILENO);
   Json out = Json::array();
   bool all_ok = true;
+  // DIR: `latest` is part of the checkpoint. Steps newer than it are verified too, but labelled:
+  // they are not checkpoints a load would take.
+  std::optional<Published> pub;
+  if (t.whole_dir) {
+    auto steps = ckpt::list_steps(t.root);
+    if (!steps.ok()) fail("verify", steps.status());
+    pub = read_published(t.root, *steps);
+  }
   for (int64_t step : t.steps) {
     Status status;
     auto m = ckpt::read_manifest(t.root, step);
@@ -252,11 +295,15 @@ void run_verify(const std::string& path, bool json) {
       if (bar) std::fprintf(stderr, "\r%60s\r", "");
     }
     all_ok = all_ok && status.ok();
-    out.push_back(
-        {{"step", step}, {"ok", status.ok()}, {"error", status.ok() ? "" : status.to_string()}});
+    const bool published = !pub || pub->published(ckpt::StepInfo{step, true, ""});
+    out.push_back({{"step", step},
+                   {"ok", status.ok()},
+                   {"published", published},
+                   {"error", status.ok() ? "" : status.to_string()}});
     if (!json) {
       if (status.ok()) {
-        std::cout << ckpt::step_dir_name(step) << ": OK\n";
+        std::cout << ckpt::step_dir_name(step) << ": OK"
+                  << (published ? "" : " (unpublished: not named by latest)") << "\n";
       } else {
         std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", ckpt::step_dir_name(step).c_str(),
                      status.to_string().c_str());
@@ -264,6 +311,7 @@ void run_verify(const std::string& path, bool json) {
     }
   }
   if (json) std::cout << out.dump(2) << "\n";
+  if (pub && !pub->problem.ok()) fail("verify", pub->problem, 1);
   if (!all_ok) throw CLI::RuntimeError(1);
 }
 

@@ -49,9 +49,27 @@ void fit_microbatches(trainer::TrainPlan* p, int64_t batch, int64_t blocks) {
   if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
 }
 
+// Flags that contradict each other or can never take effect are refused before anything runs:
+// the demo must not announce a kill that never happens and then report the check as if it had.
+void check_options(const DemoOptions& o, bool fault_step_given) {
+  if (o.ranks < 1) fail("--ranks must be at least 1");
+  if (o.devices > 0 && o.devices != o.ranks) {
+    fail("--devices " + std::to_string(o.devices) + " must equal --ranks " +
+         std::to_string(o.ranks) + " (one device per rank; host devices are virtual)");
+  }
+  if (o.steps < 4) fail("--steps must be at least 4");
+  if (o.out.empty()) fail("--out must name a folder");
+  if (!fault_step_given) return;
+  if (o.no_fault) fail("--fault-step and --no-fault contradict each other: give one of them");
+  if (o.fault_step < 0 || o.fault_step >= o.steps) {
+    fail("--fault-step " + std::to_string(o.fault_step) + " is never reached: --steps " +
+         std::to_string(o.steps) + " trains steps 0.." + std::to_string(o.steps - 1) +
+         " (0-based; the kill comes before step S + 1)");
+  }
+}
+
 void run_demo(const DemoOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  if (o.ranks < 1) fail("--ranks must be at least 1");
   auto spec = trainer::model_spec_preset(o.model_size);
   if (!spec.ok()) fail(spec.status().message());
   const std::string bin = self_dir(), launcher = bin + "/tessera", train = bin + "/tessera-train";
@@ -196,17 +214,14 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--model-size", o->model_size, "tiny, small, medium or large")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
-  cmd->add_option("--fault-step", o->fault_step,
-                  "the step before which a rank is killed "
-                  "(default: a third of the way)");
+  CLI::Option* fault_step = cmd->add_option(
+      "--fault-step", o->fault_step,
+      "the 0-based step S before which a rank is killed, 0 <= S < --steps (default: a third of "
+      "the way)");
   cmd->add_flag("--no-fault", o->no_fault, "train without killing a rank");
   cmd->add_option("--out", o->out, "output folder")->capture_default_str();
-  cmd->callback([o] {
-    if (o->devices > 0 && o->devices != o->ranks) {
-      fail("--devices " + std::to_string(o->devices) + " must equal --ranks " +
-           std::to_string(o->ranks) + " (one device per rank; host devices are virtual)");
-    }
-    if (o->steps < 4) fail("--steps must be at least 4");
+  cmd->callback([o, fault_step] {
+    check_options(*o, fault_step->count() > 0);
     run_demo(*o);
   });
 }

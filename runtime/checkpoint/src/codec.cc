@@ -266,7 +266,8 @@ Result<FileRecord> ShardWriter::finish(bool sync) {
 Result<const fs::ReadFile*> ChunkReader::file(const std::string& name) {
   auto it = files_.find(name);
   if (it == files_.end()) {
-    TSR_ASSIGN_OR_RETURN(fs::ReadFile f, fs::ReadFile::open(fs::join(root_, name)));
+    TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root_, name));
+    TSR_ASSIGN_OR_RETURN(fs::ReadFile f, fs::ReadFile::open(path));
     it = files_.emplace(name, std::move(f)).first;
   }
   return &it->second;
@@ -275,6 +276,13 @@ Result<const fs::ReadFile*> ChunkReader::file(const std::string& name) {
 Status ChunkReader::read_stored(const ChunkLocation& where, std::string* out,
                                 std::string_view what) {
   TSR_ASSIGN_OR_RETURN(const fs::ReadFile* f, file(where.file));
+  // The file's size on disk bounds the read: a manifest claiming more is refused before the
+  // buffer is sized by it.
+  if (where.offset > f->size() || where.stored > f->size() - where.offset) {
+    return data_loss("'" + where.file + "' " + std::string(what) + ": bytes [" +
+                     std::to_string(where.offset) + ", +" + std::to_string(where.stored) +
+                     ") lie beyond the end of the file (" + std::to_string(f->size()) + " bytes)");
+  }
   out->resize(where.stored);
   Status s = f->read_at(where.offset, out->data(), out->size());
   if (!s.ok()) return s.with_context(std::string(what) + " in '" + where.file + "'");
@@ -286,20 +294,47 @@ Status ChunkReader::read_stored(const ChunkLocation& where, std::string* out,
   return Status();
 }
 
-Status ChunkReader::read(const ChunkRecord& chunk, void* dst, std::string_view what) {
+namespace {
+
+// A compressed chunk's zstd frame records its decoded size: it must be the manifest's raw size.
+Status check_frame_size(const ChunkLocation& where, const std::string& stored, uint64_t raw,
+                        const std::string& name) {
+  if (!where.compressed) return Status();  // stored == raw, checked by parse_manifest
+  const unsigned long long declared = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR) return data_loss(name + ": not a zstd frame");
+  if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != raw) {
+    return data_loss(name + ": its zstd frame holds " + std::to_string(declared) +
+                     " bytes, the manifest says " + std::to_string(raw));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status ChunkReader::fetch(const ChunkRecord& chunk, std::string_view what) {
   const std::string name = "'" + chunk.data.file + "' " + std::string(what);
+  if (chunk.enc != "zstd" && chunk.enc != "ref" && chunk.enc != "xor") {
+    return data_loss(name + ": unknown encoding '" + chunk.enc + "'");
+  }
+  if (chunk.enc == "xor" && !chunk.base) return data_loss(name + ": xor chunk without a base");
   TSR_RETURN_IF_ERROR(read_stored(chunk.data, &stored_, what));
+  TSR_RETURN_IF_ERROR(check_frame_size(chunk.data, stored_, chunk.raw, name));
+  if (chunk.enc == "xor") {
+    TSR_RETURN_IF_ERROR(read_stored(*chunk.base, &base_stored_, std::string(what) + " (base)"));
+    TSR_RETURN_IF_ERROR(check_frame_size(*chunk.base, base_stored_, chunk.raw, name + " (base)"));
+  }
+  return Status();
+}
+
+Status ChunkReader::decode_fetched(const ChunkRecord& chunk, void* dst, std::string_view what) {
+  const std::string name = "'" + chunk.data.file + "' " + std::string(what);
   TSR_RETURN_IF_ERROR(
       decompressor_.decode(chunk.data, stored_.data(), stored_.size(), dst, chunk.raw, name));
   if (chunk.enc == "xor") {
-    if (!chunk.base) return data_loss(name + ": xor chunk without a base");
-    TSR_RETURN_IF_ERROR(read_stored(*chunk.base, &base_stored_, std::string(what) + " (base)"));
     scratch_.resize(chunk.raw);
     TSR_RETURN_IF_ERROR(decompressor_.decode(*chunk.base, base_stored_.data(), base_stored_.size(),
                                              scratch_.data(), chunk.raw, name + " (base)"));
     xor_into(dst, scratch_.data(), chunk.raw);
-  } else if (chunk.enc != "zstd" && chunk.enc != "ref") {
-    return data_loss(name + ": unknown encoding '" + chunk.enc + "'");
   }
   if (xxh3(dst, chunk.raw) != chunk.hash) {
     return data_loss(name + ": decoded content does not match its hash");
@@ -308,13 +343,23 @@ Status ChunkReader::read(const ChunkRecord& chunk, void* dst, std::string_view w
   return Status();
 }
 
+Status ChunkReader::read(const ChunkRecord& chunk, void* dst, std::string_view what) {
+  TSR_RETURN_IF_ERROR(fetch(chunk, what));
+  return decode_fetched(chunk, dst, what);
+}
+
+Status ChunkReader::read(const ChunkRecord& chunk, std::string* out, std::string_view what) {
+  TSR_RETURN_IF_ERROR(fetch(chunk, what));
+  out->resize(chunk.raw);
+  return decode_fetched(chunk, out->data(), what);
+}
+
 Status ChunkReader::read_blob(const BlobRecord& blob, std::string* out) {
   out->clear();
   std::string chunk;
   for (size_t i = 0; i < blob.chunks.size(); ++i) {
-    chunk.resize(blob.chunks[i].raw);
     TSR_RETURN_IF_ERROR(
-        read(blob.chunks[i], chunk.data(), "blob '" + blob.name + "' chunk " + std::to_string(i)));
+        read(blob.chunks[i], &chunk, "blob '" + blob.name + "' chunk " + std::to_string(i)));
     out->append(chunk);
   }
   if (out->size() != blob.size) {

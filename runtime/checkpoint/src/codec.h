@@ -143,8 +143,13 @@ class ChunkReader {
  public:
   explicit ChunkReader(std::string root) : root_(std::move(root)) {}
   // Decodes `chunk` into dst (chunk.raw bytes). `what` names it in errors: "tensor 'w' shard of
-  // rank 2 chunk 5".
+  // rank 2 chunk 5". Files are opened through fs::path_in_root (names from a manifest are
+  // untrusted). Before anything is decoded, the stored bytes must lie inside the file (its size on
+  // disk, not the manifest's word), match their checksum, and their zstd frame must declare
+  // chunk.raw bytes: a manifest's sizes drive no allocation the files do not back.
   Status read(const ChunkRecord& chunk, void* dst, std::string_view what);
+  // The same into *out, resized to chunk.raw only once the stored bytes passed those checks.
+  Status read(const ChunkRecord& chunk, std::string* out, std::string_view what);
   // A whole blob, its chunks decoded and verified in order, into *out (its recorded size).
   Status read_blob(const BlobRecord& blob, std::string* out);
   // The stored bytes of one location, checksum verified.
@@ -154,6 +159,9 @@ class ChunkReader {
 
  private:
   Result<const fs::ReadFile*> file(const std::string& name);
+  // Reads and checks the stored bytes of `chunk` (and of its base) into stored_ (base_stored_).
+  Status fetch(const ChunkRecord& chunk, std::string_view what);
+  Status decode_fetched(const ChunkRecord& chunk, void* dst, std::string_view what);
   std::string root_;
   std::map<std::string, fs::ReadFile> files_;
   Decompressor decompressor_;

@@ -423,6 +423,7 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
   // B: this rank's shard.
   Manifest mine;
   mine.step = step;
+  mine.world_size = group.size();  // rank 0 parses it: shard ranks are checked against it
   Status local = cleared.ok() ? write_shard(*this, opt, reg, snap, a, rank, &mine, &r)
                               : cleared.with_context("clearing a stale '" + tmp_dir + "'");
 

@@ -2,6 +2,7 @@
 // replacement, listing and removal. Errors name the path and carry strerror. Thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,7 +22,9 @@ Status fsync_path(const std::string& path);  // file or directory
 Status fsync_parent(const std::string& path);
 // Writes `bytes` to `path` (created or truncated), fsynced when `sync`.
 Status write_file(const std::string& path, std::string_view bytes, bool sync);
-Result<std::string> read_file(const std::string& path);
+// The whole of a regular file of at most `max_bytes` (DATA_LOSS naming the path and both sizes
+// when larger: a 50 MB `latest` or a /dev/zero is refused before it is read).
+Result<std::string> read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 // Writes `path`.tmp, fsyncs, renames over `path`, fsyncs the parent. `before_rename` runs between.
 // A failure before the rename removes `path`.tmp. *renamed (when given) says whether `path` was
 // replaced: an error with *renamed true means the new content is visible but maybe not durable.
@@ -30,11 +33,25 @@ Status replace_file(const std::string& path, std::string_view bytes, bool sync,
 Status rename_path(const std::string& from, const std::string& to);
 Status remove_all(const std::string& path);  // rm -rf; a missing path is OK
 bool exists(const std::string& path);
+// The size of a regular file; a FIFO, device, socket or directory is DATA_LOSS naming its kind.
 Result<uint64_t> file_size(const std::string& path);
 // Names of the entries of a directory (no . and ..).
 Result<std::vector<std::string>> list_dir(const std::string& path);
 
-// An open file read with pread.
+// Names read from a checkpoint (manifest file names, chunk locations, the step `latest` names) are
+// untrusted: anyone can edit a manifest and recompute its checksum. check_relative_name() is the
+// lexical rule a manifest's names obey: relative, no empty, "." or ".." component, no NUL, at most
+// kMaxNameBytes. path_in_root() applies it and then resolves `name` under `root` component by
+// component, following symbolic links only while they stay inside `root` (at most 40 of them): a
+// name that leads outside is refused by name (DATA_LOSS) without anything outside being touched,
+// so the error says nothing about the outside target. Returns the resolved path to open.
+// Every reader of a checkpoint opens files through it.
+inline constexpr size_t kMaxNameBytes = 4096;
+Status check_relative_name(std::string_view name);
+Result<std::string> path_in_root(const std::string& root, std::string_view name);
+
+// An open regular file read with pread. open() refuses other kinds (a FIFO would block the reader
+// forever, a character device read without end): it opens with O_NONBLOCK, then fstat()s.
 class ReadFile {
  public:
   static Result<ReadFile> open(const std::string& path);
@@ -46,9 +63,12 @@ class ReadFile {
   ReadFile& operator=(const ReadFile&) = delete;
   // Exactly `bytes` at `offset`; DATA_LOSS when the file is shorter.
   Status read_at(uint64_t offset, void* dst, size_t bytes) const;
+  uint64_t size() const { return size_; }  // at open
+  const std::string& path() const { return path_; }
 
  private:
   int fd_ = -1;
+  uint64_t size_ = 0;
   std::string path_;
 };
 

@@ -1,6 +1,9 @@
 #include "tessera/checkpoint/manifest.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,28 +11,12 @@
 
 #include "codec.h"
 #include "fs.h"
+#include "utf8.h"
 
 namespace tessera::ckpt {
 namespace {
 
 using Json = nlohmann::ordered_json;
-// 2: a file's checksum is over its chunks' checksums (codec::FileDigest), not its bytes.
-constexpr const char* kFormat = "tessera-checkpoint-2";
-
-Result<uint64_t> parse_hex64(const std::string& text, std::string_view where) {
-  if (text.empty() || text.size() > 16) return data_loss(std::string(where) + ": bad checksum");
-  uint64_t v = 0;
-  for (char c : text) {
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= static_cast<uint64_t>(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v |= static_cast<uint64_t>(c - 'a' + 10);
-    else
-      return data_loss(std::string(where) + ": bad checksum '" + text + "'");
-  }
-  return v;
-}
 
 Json location_json(const ChunkLocation& l) {
   Json j = {{"file", l.file},
@@ -47,33 +34,9 @@ Json chunk_json(const ChunkRecord& c) {
   return j;
 }
 
-ChunkLocation location_from(const Json& j) {
-  return {j.at("file").get<std::string>(), j.at("offset").get<uint64_t>(),
-          j.at("stored").get<uint64_t>(), 0, j.value("zstd", true)};
-}
-
-Status chunks_from(const Json& j, std::vector<ChunkRecord>* out, std::string_view where) {
-  for (const Json& c : j) {
-    ChunkRecord r;
-    r.enc = c.at("enc").get<std::string>();
-    r.raw = c.at("raw").get<uint64_t>();
-    TSR_ASSIGN_OR_RETURN(r.hash, parse_hex64(c.at("hash").get<std::string>(), where));
-    r.data = location_from(c.at("data"));
-    TSR_ASSIGN_OR_RETURN(r.data.checksum,
-                         parse_hex64(c.at("data").at("checksum").get<std::string>(), where));
-    if (c.contains("base")) {
-      r.base = location_from(c.at("base"));
-      TSR_ASSIGN_OR_RETURN(r.base->checksum,
-                           parse_hex64(c.at("base").at("checksum").get<std::string>(), where));
-    }
-    out->push_back(std::move(r));
-  }
-  return Status();
-}
-
 Json body_json(const Manifest& m) {
   Json j;
-  j["format"] = kFormat;
+  j["format"] = kManifestFormat;
   j["step"] = m.step;
   j["kind"] = m.delta ? "delta" : "full";
   j["base_step"] = m.base_step;
@@ -164,87 +127,10 @@ std::string manifest_to_json(const Manifest& manifest) {
   return j.dump(1) + "\n";
 }
 
-Result<Manifest> parse_manifest(std::string_view text, std::string_view where) {
-  const std::string w(where);
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return data_loss(w + ": not valid JSON");
-  if (!j.contains("manifest_checksum") || !j["manifest_checksum"].is_string()) {
-    return data_loss(w + ": no manifest_checksum");
-  }
-  TSR_ASSIGN_OR_RETURN(uint64_t expected,
-                       parse_hex64(j["manifest_checksum"].get<std::string>(), w));
-  j.erase("manifest_checksum");
-  const std::string body = j.dump();
-  if (codec::xxh3(body.data(), body.size()) != expected) {
-    return data_loss(w + ": manifest checksum mismatch (the manifest was modified or corrupted)");
-  }
-  Manifest m;
-  try {
-    if (j.at("format").get<std::string>() != kFormat) {
-      return data_loss(w + ": unknown format '" + j.at("format").get<std::string>() + "'");
-    }
-    m.step = j.at("step").get<int64_t>();
-    m.delta = j.at("kind").get<std::string>() == "delta";
-    m.base_step = j.at("base_step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.created_unix_s = j.at("created_unix_s").get<int64_t>();
-    m.layout = j.at("layout").get<std::string>();
-    for (const auto& [k, v] : j.at("metadata").items()) m.metadata[k] = v.get<std::string>();
-    for (const Json& f : j.at("files")) {
-      FileRecord r{f.at("name").get<std::string>(), f.at("size").get<uint64_t>(), 0};
-      TSR_ASSIGN_OR_RETURN(r.checksum, parse_hex64(f.at("checksum").get<std::string>(), w));
-      m.files.push_back(std::move(r));
-    }
-    for (const Json& t : j.at("tensors")) {
-      TensorRecord r;
-      r.name = t.at("name").get<std::string>();
-      r.dtype = t.at("dtype").get<std::string>();
-      r.shape = t.at("shape").get<std::vector<int64_t>>();
-      for (const Json& s : t.at("shards")) {
-        ShardRecord sr;
-        sr.rank = s.at("rank").get<int>();
-        sr.slice.offset = s.at("offset").get<std::vector<int64_t>>();
-        sr.slice.len = s.at("len").get<std::vector<int64_t>>();
-        sr.chunk_bytes = s.at("chunk_bytes").get<uint64_t>();
-        TSR_RETURN_IF_ERROR(chunks_from(s.at("chunks"), &sr.chunks, w));
-        if (sr.slice.offset.size() != r.shape.size() || sr.slice.len.size() != r.shape.size() ||
-            sr.chunk_bytes == 0) {
-          return data_loss(w + ": tensor '" + r.name + "': malformed shard");
-        }
-        if (sr.chunk_bytes > kMaxChunkBytes) {
-          return data_loss(w + ": tensor '" + r.name + "': shard of rank " +
-                           std::to_string(sr.rank) + " has chunk_bytes " +
-                           std::to_string(sr.chunk_bytes) + ", above the limit of " +
-                           std::to_string(kMaxChunkBytes));
-        }
-        r.shards.push_back(std::move(sr));
-      }
-      if (t.contains("placement")) {
-        const Json& p = t.at("placement");
-        r.placement = Placement{p.at("tp_dim").get<int>(), p.at("zero_dim").get<int>(),
-                                p.at("zero_stage").get<int>(), p.at("layer").get<int>(),
-                                p.value("expert_dim", -1)};
-      }
-      m.tensors.push_back(std::move(r));
-    }
-    for (const Json& b : j.at("blobs")) {
-      BlobRecord r;
-      r.name = b.at("name").get<std::string>();
-      r.rank = b.at("rank").get<int>();
-      r.replicated = b.at("replicated").get<bool>();
-      r.size = b.at("size").get<uint64_t>();
-      TSR_RETURN_IF_ERROR(chunks_from(b.at("chunks"), &r.chunks, w));
-      m.blobs.push_back(std::move(r));
-    }
-  } catch (const std::exception& e) {
-    return data_loss(w + ": malformed manifest: " + e.what());
-  }
-  return m;
-}
-
 Result<Manifest> read_manifest(const std::string& root, int64_t step) {
   const std::string rel = step_dir_name(step) + "/manifest.json";
-  auto text = fs::read_file(fs::join(root, rel));
+  TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root, rel));
+  auto text = fs::read_file(path, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   TSR_ASSIGN_OR_RETURN(Manifest m, parse_manifest(*text, "'" + rel + "'"));
   if (m.step != step) {
@@ -254,14 +140,23 @@ Result<Manifest> read_manifest(const std::string& root, int64_t step) {
 }
 
 Result<int64_t> read_latest(const std::string& root) {
-  const std::string path = fs::join(root, "latest");
-  if (!fs::exists(path)) return not_found("no 'latest' in '" + root + "'");
-  TSR_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+  const std::string shown = fs::join(root, "latest");
+  struct stat st;
+  if (::lstat(shown.c_str(), &st) != 0 && errno == ENOENT) {
+    return not_found("no 'latest' in '" + root + "'");
+  }
+  TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root, "latest"));
+  auto read = fs::read_file(path, kMaxLatestBytes);
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kNotFound) return read.status();
+    return data_loss("'" + shown + "' is not a step name: " + read.status().message());
+  }
+  std::string text = std::move(*read);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const std::string prefix = "step-";
   if (text.rfind(prefix, 0) != 0 || text.size() == prefix.size() ||
       text.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
-    return data_loss("'" + path + "' is malformed: '" + text + "'");
+    return data_loss("'" + shown + "' is malformed: '" + escaped(text) + "'");
   }
   // from_chars: a 20-digit step must be an error naming the file, not an out_of_range throw.
   int64_t step = 0;
@@ -269,8 +164,21 @@ Result<int64_t> read_latest(const std::string& root) {
   const char* last = text.data() + text.size();
   const auto [end, ec] = std::from_chars(first, last, step);
   if (ec != std::errc() || end != last) {
-    return data_loss("'" + path + "' names step '" + std::string(first, last) +
+    return data_loss("'" + shown + "' names step '" + std::string(first, last) +
                      "', which is out of range");
+  }
+  return step;
+}
+
+Result<int64_t> read_latest_committed(const std::string& root) {
+  TSR_ASSIGN_OR_RETURN(const int64_t step, read_latest(root));
+  const std::string rel = step_dir_name(step) + "/manifest.json";
+  auto path = fs::path_in_root(root, rel);
+  if (!path.ok()) return path.status().with_context("'" + fs::join(root, "latest") + "'");
+  struct stat st;
+  if (::stat(path->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return data_loss("'" + fs::join(root, "latest") + "' names " + step_dir_name(step) +
+                     ", which has no " + rel + " (a `latest` naming no checkpoint)");
   }
   return step;
 }
@@ -307,7 +215,10 @@ Status check_files(const std::string& root, const Manifest& manifest) {
   std::set<std::string> listed;
   for (const auto& f : manifest.files) {
     listed.insert(f.name);
-    auto size = fs::file_size(fs::join(root, f.name));
+    // Inside the root before anything is stat()ed: the error must not tell an outside file's size.
+    auto path = fs::path_in_root(root, f.name);
+    if (!path.ok()) return path.status().with_context("step " + std::to_string(manifest.step));
+    auto size = fs::file_size(*path);
     if (!size.ok()) {
       return data_loss("step " + std::to_string(manifest.step) + ": shard '" + f.name +
                        "' is missing (" + size.status().message() + ")");
@@ -318,11 +229,12 @@ Status check_files(const std::string& root, const Manifest& manifest) {
                        (*size < f.size ? " (truncated)" : ""));
     }
   }
-  TSR_ASSIGN_OR_RETURN(std::vector<std::string> names, fs::list_dir(fs::join(root, dir)));
+  TSR_ASSIGN_OR_RETURN(const std::string dir_path, fs::path_in_root(root, dir));
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> names, fs::list_dir(dir_path));
   for (const auto& name : names) {
     if (name == "manifest.json") continue;
     if (!listed.count(dir + "/" + name)) {
-      return data_loss("unexpected file '" + dir + "/" + name +
+      return data_loss("unexpected file '" + dir + "/" + escaped(name) +
                        "' not listed in the manifest (stray file from another save?)");
     }
   }
@@ -386,8 +298,7 @@ Status verify_checkpoint(const std::string& root, const Manifest& manifest,
   for (const auto& t : manifest.tensors) {
     for (const auto& s : t.shards) {
       for (size_t i = 0; i < s.chunks.size(); ++i) {
-        buffer.resize(s.chunks[i].raw);
-        TSR_RETURN_IF_ERROR(reader.read(s.chunks[i], buffer.data(),
+        TSR_RETURN_IF_ERROR(reader.read(s.chunks[i], &buffer,
                                         "tensor '" + t.name + "' shard of rank " +
                                             std::to_string(s.rank) + " chunk " +
                                             std::to_string(i)));
@@ -398,8 +309,7 @@ Status verify_checkpoint(const std::string& root, const Manifest& manifest,
   }
   for (const auto& b : manifest.blobs) {
     for (size_t i = 0; i < b.chunks.size(); ++i) {
-      buffer.resize(b.chunks[i].raw);
-      TSR_RETURN_IF_ERROR(reader.read(b.chunks[i], buffer.data(),
+      TSR_RETURN_IF_ERROR(reader.read(b.chunks[i], &buffer,
                                       "blob '" + b.name + "' of rank " + std::to_string(b.rank) +
                                           " chunk " + std::to_string(i)));
     }

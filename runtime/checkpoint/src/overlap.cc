@@ -67,8 +67,7 @@ Status copy_overlap(codec::ChunkReader& reader, const TensorRecord& tensor, cons
                            rec.data.file + "': raw size " + std::to_string(rec.raw) +
                            ", expected " + std::to_string(expect));
         }
-        chunk.resize(rec.raw);
-        TSR_RETURN_IF_ERROR(reader.read(rec, chunk.data(),
+        TSR_RETURN_IF_ERROR(reader.read(rec, &chunk,
                                         "tensor '" + tensor.name + "' shard of rank " +
                                             std::to_string(src.rank) + " chunk " +
                                             std::to_string(c)));

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "codec.h"
@@ -25,11 +26,12 @@ Result<int64_t> committed_step(const std::string& src, const std::optional<int64
   if (!std::filesystem::is_directory(src)) {
     return not_found("'" + src + "' is not a checkpoint directory");
   }
-  auto latest = read_latest(src);
   if (!step) {
+    auto latest = read_latest_committed(src);
     if (!latest.ok()) return latest.status().with_context("'" + src + "/latest'");
     return *latest;
   }
+  auto latest = read_latest(src);
   const std::string dir = fs::join(src, step_dir_name(*step));
   if (!fs::exists(dir)) {
     if (fs::exists(dir + ".tmp")) {
@@ -45,6 +47,12 @@ Result<int64_t> committed_step(const std::string& src, const std::optional<int64
   }
   return *step;
 }
+
+// What one rank of the target layout writes: (tensor index, slice) first seen on it, its blobs.
+struct RankWrites {
+  std::vector<std::pair<size_t, Slice>> tensors;
+  std::vector<const BlobRecord*> blobs;
+};
 
 struct Writer {
   codec::ShardWriter* file;
@@ -86,6 +94,10 @@ static Result<ReshardResult> reshard_unguarded(const std::string& src_root,
     return invalid_argument("reshard: tp, cp, dp, pp and ep must be >= 1 and ep must divide dp (" +
                             to.text() + ")");
   }
+  if (options.chunk_bytes > kMaxChunkBytes) {
+    return invalid_argument("reshard: chunk_bytes " + std::to_string(options.chunk_bytes) +
+                            " is above the limit of " + std::to_string(kMaxChunkBytes));
+  }
   TSR_ASSIGN_OR_RETURN(const int64_t step, committed_step(src_root, options.step));
   TSR_ASSIGN_OR_RETURN(Manifest src, read_manifest(src_root, step));
   TSR_RETURN_IF_ERROR(check_files(src_root, src));
@@ -117,25 +129,30 @@ static Result<ReshardResult> reshard_unguarded(const std::string& src_root,
         it != options.placements.end() ? std::optional(it->second) : src.tensors[i].placement;
     if (!placement[i]) result.whole.push_back(src.tensors[i].name);
   }
-  // Every slice of every rank first: a bad layout fails before anything is written.
+  // Every slice of every rank first: a bad layout fails before anything is written. Only what a
+  // rank writes is kept (a slice first seen there, its blobs): ranks holding only replicas write
+  // no file, so memory, files and bytes follow the source's size, not the target's world (a dp of
+  // a million would otherwise mean a million files and slice lists).
   const int world = to.size();
-  std::vector<std::vector<std::optional<Slice>>> slices(world);
+  std::map<int, RankWrites> writes;
   uint64_t total = 0;
   std::set<std::string> counted;
   for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < src.tensors.size(); ++i) {
+      if (r > 0 && !placement[i]) continue;  // whole on every rank: rank 0 writes it
       const TensorRecord& t = src.tensors[i];
       TSR_ASSIGN_OR_RETURN(auto s, layout_slice(t.name, t.shape, placement[i], to, r));
-      if (s && counted.insert(shard_key(t.name, *s)).second) {
-        auto dtype = hal::parse_dtype(t.dtype);
-        if (!dtype) return data_loss("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
-        total += static_cast<uint64_t>(s->elements()) * hal::dtype_size(*dtype);
-      }
-      slices[r].push_back(std::move(s));
+      if (!s || !counted.insert(shard_key(t.name, *s)).second) continue;
+      auto dtype = hal::parse_dtype(t.dtype);
+      if (!dtype) return data_loss("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+      total += static_cast<uint64_t>(s->elements()) * hal::dtype_size(*dtype);
+      writes[r].tensors.emplace_back(i, std::move(*s));
     }
   }
   for (const BlobRecord& b : src.blobs) {
-    if (b.replicated || b.rank < world) total += b.size;
+    if (!b.replicated && b.rank >= world) continue;
+    total += b.size;
+    writes[b.replicated ? 0 : b.rank].blobs.push_back(&b);
   }
 
   TSR_RETURN_IF_ERROR(fs::make_dirs(dst_root));
@@ -173,42 +190,37 @@ static Result<ReshardResult> reshard_unguarded(const std::string& src_root,
 
   auto write_all = [&]() -> Status {
     codec::ChunkReader reader(src_root);
-    std::set<std::string> written;
     std::vector<std::byte> buffer;
     uint64_t done = 0;
-    for (int r = 0; r < world; ++r) {
+    for (const auto& [r, mine] : writes) {
       const std::string file = rank_file(r);
       TSR_ASSIGN_OR_RETURN(
           auto shard, codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file,
                                                  options.direct_io));
       Writer w{shard.get(), {}, {}, &options, &result, done, total};
-      for (size_t i = 0; i < src.tensors.size(); ++i) {
+      for (const auto& [i, slice] : mine.tensors) {
         const TensorRecord& t = src.tensors[i];
-        const auto& slice = slices[r][i];
-        if (!slice || !written.insert(shard_key(t.name, *slice)).second) continue;
         const size_t esize = hal::dtype_size(*hal::parse_dtype(t.dtype));
-        buffer.resize(static_cast<size_t>(slice->elements()) * esize);
+        buffer.resize(static_cast<size_t>(slice.elements()) * esize);
         int64_t covered = 0;
         for (const ShardRecord& s : t.shards) {
           Slice inter;
-          if (slice->elements() == 0 || !intersect(*slice, s.slice, &inter)) continue;
+          if (slice.elements() == 0 || !intersect(slice, s.slice, &inter)) continue;
           covered += inter.elements();
-          TSR_RETURN_IF_ERROR(copy_overlap(reader, t, s, *slice, inter, esize, buffer.data()));
+          TSR_RETURN_IF_ERROR(copy_overlap(reader, t, s, slice, inter, esize, buffer.data()));
         }
-        if (covered < slice->elements()) {
-          return data_loss("tensor '" + t.name + "' slice " + slice_text(*slice) +
+        if (covered < slice.elements()) {
+          return data_loss("tensor '" + t.name + "' slice " + slice_text(slice) +
                            " is not covered by the shards of " + final_rel);
         }
-        ShardRecord rec{r, *slice, chunk_bytes, {}};
+        ShardRecord rec{r, slice, chunk_bytes, {}};
         TSR_RETURN_IF_ERROR(w.chunks(buffer.data(), buffer.size(), chunk_bytes, &rec.chunks));
         out.tensors[i].shards.push_back(std::move(rec));
       }
-      for (const BlobRecord& b : src.blobs) {
-        const bool mine = b.replicated ? r == 0 : b.rank == r;
-        if (!mine) continue;
+      for (const BlobRecord* b : mine.blobs) {
         std::string bytes;
-        TSR_RETURN_IF_ERROR(reader.read_blob(b, &bytes));
-        BlobRecord rec{b.name, r, b.replicated, bytes.size(), {}};
+        TSR_RETURN_IF_ERROR(reader.read_blob(*b, &bytes));
+        BlobRecord rec{b->name, r, b->replicated, bytes.size(), {}};
         TSR_RETURN_IF_ERROR(w.chunks(bytes.data(), bytes.size(), chunk_bytes, &rec.chunks));
         out.blobs.push_back(std::move(rec));
       }

@@ -195,6 +195,11 @@ Status Checkpointer::Impl::snapshot(Snapshot& into, int64_t step) {
 
 Result<SaveStart> Checkpointer::save_async(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
+  // step-N names only N >= 0 (list_steps and `latest` read digits; a manifest refuses a
+  // negative step): refused here, not by the commit in the background.
+  if (step < 0) {
+    return invalid_argument("save_async: step " + std::to_string(step) + " is negative");
+  }
   SaveStart start;
   start.step = step;
   int index;
@@ -251,6 +256,18 @@ Status Checkpointer::rebind(std::shared_ptr<RankGroup> group) {
   }
   // The worker touches group_ only while busy, so swapping it under the lock is safe.
   group_ = std::move(group);
+  return Status();
+}
+
+Status Checkpointer::set_layout(std::string layout) {
+  if (!valid_utf8(layout)) return invalid_argument("set_layout: the layout is not valid UTF-8");
+  std::lock_guard lock(impl_->mu);
+  if (impl_->busy) {
+    return failed_precondition("set_layout on rank " + std::to_string(group_->rank()) +
+                               ": a save is in flight (wait() for it first)");
+  }
+  // The worker reads options_ only while busy (commit writes options_.layout into the manifest).
+  options_.layout = std::move(layout);
   return Status();
 }
 

@@ -1,8 +1,11 @@
 // `tessera demo` internals: probing and planning (plan.cc), running the trainer under the
-// launcher with a progress bar (run.cc), and the report: summary, loss curve (report.cc).
+// launcher with a progress bar (run.cc), and the report: summary (report.cc), loss curve
+// (loss_chart.cc).
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +16,13 @@
 #include "tessera/plan/plan.h"
 
 namespace tessera::tools::demo {
+
+// `v` with `digits` decimals ("%.*f").
+inline std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
 
 struct DemoOptions {
   int ranks = 4;
@@ -57,5 +67,13 @@ RunResult run_trainer(const std::string& launcher, const std::string& train, int
 // The summary text and the loss curve SVG, from the trainer's metrics file.
 Result<std::string> summarize(const std::string& metrics_path, const DemoPlan& plan,
                               const std::string& loss_svg_path);
+
+// The loss curve (loss_chart.cc): `loss` by 0-based step, the point of step s drawn at s + 1
+// completed steps; markers before step switch_step + 1 and fault_step + 1 (-1: none). Both axes
+// carry ticks and labels.
+std::string loss_svg(const std::map<int64_t, double>& loss, int64_t switch_step,
+                     int64_t fault_step);
+// Round tick values (1, 2 or 5 x 10^k apart) covering [lo, hi], at most about `max_ticks`.
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
 
 }  // namespace tessera::tools::demo

@@ -14,12 +14,6 @@
 namespace tessera::tools::demo {
 namespace {
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 std::string why(const plan::Estimate& e) {
   const plan::TimeBreakdown& t = e.time;
   return "predicted step " + fixed(1e3 * e.step_time_s, 2) + " ms = compute " +

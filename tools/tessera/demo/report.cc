@@ -1,6 +1,5 @@
 // The demo's summary and loss curve, from the trainer's metrics (one JSON object per line).
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -23,44 +22,6 @@ std::string bytes_text(double b) {
   if (b >= 1 << 20) return fmt("%.2f MiB", b / (1 << 20));
   if (b >= 1 << 10) return fmt("%.1f KiB", b / (1 << 10));
   return fmt("%.0f B", b);
-}
-
-std::string loss_svg(const std::map<int64_t, double>& loss, int64_t switch_step,
-                     int64_t fault_step) {
-  constexpr double kW = 640, kH = 320, kL = 60, kR = 20, kT = 30, kB = 40;
-  double lo = 1e30, hi = -1e30;
-  for (const auto& [s, l] : loss) {
-    lo = std::min(lo, l);
-    hi = std::max(hi, l);
-  }
-  if (hi <= lo) hi = lo + 1;
-  const double n = double(std::max<int64_t>(1, loss.empty() ? 1 : loss.rbegin()->first + 1));
-  auto x = [&](double s) { return kL + (kW - kL - kR) * s / n; };
-  auto y = [&](double l) { return kT + (kH - kT - kB) * (1 - (l - lo) / (hi - lo)); };
-  std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << kH
-    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-       "fill='white'/>\n<text x='"
-    << kL << "' y='18'>tessera demo: training loss (mean cross-entropy over the global batch)"
-    << "</text>\n<line x1='" << kL << "' y1='" << kH - kB << "' x2='" << kW - kR << "' y2='"
-    << kH - kB << "' stroke='black'/>\n<line x1='" << kL << "' y1='" << kT << "' x2='" << kL
-    << "' y2='" << kH - kB << "' stroke='black'/>\n";
-  o << "<text x='4' y='" << y(hi) + 4 << "'>" << fmt("%.3f", hi) << "</text>\n<text x='4' y='"
-    << y(lo) + 4 << "'>" << fmt("%.3f", lo) << "</text>\n<text x='" << kW / 2 << "' y='" << kH - 8
-    << "'>step</text>\n";
-  auto marker = [&](int64_t s, const char* label, const char* colour) {
-    if (s < 0) return;
-    o << "<line x1='" << x(double(s)) << "' y1='" << kT << "' x2='" << x(double(s)) << "' y2='"
-      << kH - kB << "' stroke='" << colour << "' stroke-dasharray='4,3'/>\n<text x='"
-      << x(double(s)) + 3 << "' y='" << kT + 12 << "' fill='" << colour << "'>" << label
-      << "</text>\n";
-  };
-  marker(fault_step, "rank killed", "#c0392b");
-  marker(switch_step, "plan switch", "#2471a3");
-  o << "<polyline fill='none' stroke='#117a65' stroke-width='2' points='";
-  for (const auto& [s, l] : loss) o << x(double(s) + 1) << "," << y(l) << " ";
-  o << "'/>\n</svg>\n";
-  return o.str();
 }
 
 }  // namespace

@@ -134,7 +134,8 @@ class Checkpointer {
 
   // Snapshots the registry and starts persisting it in the background. Blocks for the snapshot
   // only (and, with BusyPolicy::kWait, for the previous save). Errors: the registry is invalid
-  // (a device tensor without options.device, ...). The outcome of the save comes from wait().
+  // (a device tensor without options.device, ...), a negative step. The outcome of the save comes
+  // from wait().
   Result<SaveStart> save_async(int64_t step);
   // Waits for the save in flight and returns its result; the last result again when idle;
   // FAILED_PRECONDITION when nothing was ever saved.
@@ -170,6 +171,11 @@ class Checkpointer {
   // the old layout are dropped until the next save). Errors: no snapshot, ranks at different
   // steps, a tensor unknown to the snapshot or of another dtype/shape, a slice no rank holds.
   Result<LoadResult> reshard_from_memory();
+  // The layout text the next saves record in their manifests (CheckpointOptions::layout): after
+  // reshard_from_memory the job runs another plan, and manifests must not keep naming the old
+  // one. INVALID_ARGUMENT for text that is not UTF-8; FAILED_PRECONDITION while a save is in
+  // flight (wait() first).
+  Status set_layout(std::string layout);
 
   // Internal, for the implementation files.
   struct Impl;

@@ -26,6 +26,13 @@ namespace tessera::ckpt {
 // The largest chunk a save writes or a manifest may declare: a chunk is read, decoded and XORed
 // whole in memory, so a corrupt or hostile `chunk_bytes` must not drive a huge allocation.
 inline constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;
+// The manifest's "format". 2: a file's checksum is over its chunks' checksums, not its bytes.
+inline constexpr const char* kManifestFormat = "tessera-checkpoint-2";
+// The largest manifest.json and `latest` (a step name) a reader reads: larger is DATA_LOSS naming
+// the file, before anything is parsed. A manifest has ~200 bytes per chunk: 256 MiB is ~1.3
+// million chunks (5 TB of state at the default 4 MiB chunks).
+inline constexpr uint64_t kMaxManifestBytes = uint64_t(256) << 20;
+inline constexpr uint64_t kMaxLatestBytes = 64;
 
 struct ChunkLocation {
   std::string file;  // relative to the root: "step-12/rank-00003.shard"
@@ -94,13 +101,22 @@ struct Manifest {
 
 // "step-12"
 std::string step_dir_name(int64_t step);
-// Canonical JSON with the manifest checksum; parse_manifest verifies it and names `where`.
+// Canonical JSON with the manifest checksum; parse_manifest verifies it and names `where`. The
+// checksum is no signature (anyone can recompute it), so parse_manifest also checks every value a
+// reader sizes memory or opens files by, naming the field: file names (relative, no "..";
+// fs.h path_in_root), shapes (extents >= 0, at most 2^50 bytes), slices inside the shape, chunk
+// tables that tile each slice (count and raw sizes from chunk_bytes <= kMaxChunkBytes), ranks in
+// 0..world_size-1, world_size in 1..kMaxLayoutRanks, a delta's base before its step.
 std::string manifest_to_json(const Manifest& manifest);
 Result<Manifest> parse_manifest(std::string_view text, std::string_view where);
-// Reads <root>/step-N/manifest.json.
+// Reads <root>/step-N/manifest.json (a regular file inside root, at most kMaxManifestBytes).
 Result<Manifest> read_manifest(const std::string& root, int64_t step);
-// The step `latest` names; NOT_FOUND when there is no `latest`, DATA_LOSS when it is malformed.
+// The step `latest` names; NOT_FOUND when there is no `latest`, DATA_LOSS when it is malformed,
+// larger than kMaxLatestBytes, not a regular file (a FIFO) or a link leading outside root.
 Result<int64_t> read_latest(const std::string& root);
+// read_latest, and DATA_LOSS naming `latest` when the step it names has no step-N/manifest.json
+// (what the tools check before calling a directory's `latest` committed).
+Result<int64_t> read_latest_committed(const std::string& root);
 
 struct StepInfo {
   int64_t step = 0;
