@@ -44,9 +44,26 @@ P2P AlgoContext::recv_reduce(int peer, const void* local, void* dst, size_t byte
 
 namespace {
 
+// The wire header of operation `d` (transport.h): what every rank checks the messages of its
+// peers against. The sequence number and the algorithm are stamped by the caller. A recv carries
+// a send's header: the two ends of a point-to-point message describe the same message.
+WireHeader header_for(const OpDesc& d) {
+  WireHeader h;
+  h.op = uint8_t(d.kind == OpKind::kRecv ? OpKind::kSend : d.kind);
+  h.dtype = uint8_t(d.dtype);
+  h.count = d.count;
+  h.reduce = d.reduces() ? uint8_t(uint8_t(d.op) + 1) : 0;
+  h.root = d.rooted() ? uint32_t(d.root) + 1 : 0;
+  return h;
+}
+
 class Context final : public AlgoContext {
  public:
-  explicit Context(CommImpl& comm) : comm_(comm) {}
+  Context(CommImpl& comm, const OpDesc& d) : comm_(comm) {
+    dtype = d.dtype;
+    reduce_op = d.op;
+    header = header_for(d);
+  }
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   Status run(std::span<P2P> ops) override {
@@ -83,6 +100,11 @@ size_t op_bytes(const OpDesc& d, int size) {
 
 Status CommImpl::execute(const OpDesc& d) {
   drain();
+  if (d.point_to_point() && d.peer < 0) {
+    OpDesc p2p = d;
+    adopt_legacy_peer(p2p);
+    return execute_now(p2p);
+  }
   return execute_now(d);
 }
 
@@ -99,6 +121,8 @@ MemoryTarget CommImpl::memory_target(const hal::Stream* stream) const {
     t.backend = stream->backend();
     t.device = stream->device();
     t.id = t.backend->name() + ":" + std::to_string(t.device);
+    // No hal::Device for a caller's stream (see stream_event in comm_stream.cc), and the HAL's
+    // only properties query is Platform's enumeration: the one raw ABI call left here.
     tsr_device_properties props{};
     props.struct_size = sizeof props;
     t.host_accessible = t.backend->api().device_properties(t.device, &props) == TSR_OK &&
@@ -168,21 +192,13 @@ Status CommImpl::run_staged(const OpDesc& d) {
 
 Status CommImpl::run_algorithm(const OpDesc& d, DeviceRoute route) {
   if (aborted()) return abort_status();
-  Context c(*this);
-  c.dtype = d.dtype;
-  c.reduce_op = d.op;
-  c.header.op = uint8_t(d.kind == OpKind::kRecv ? OpKind::kSend : d.kind);
-  c.header.dtype = uint8_t(d.dtype);
-  c.header.count = d.count;
-  c.header.reduce = d.reduces() ? uint8_t(uint8_t(d.op) + 1) : 0;
-  c.header.root =
-      d.kind == OpKind::kReduce || d.kind == OpKind::kBroadcast ? uint32_t(d.root) + 1 : 0;
+  Context c(*this, d);
   // Point-to-point messages are numbered per pair (only two ranks take part); collectives share
   // one sequence across the communicator.
   if (d.kind == OpKind::kSend) {
-    c.header.seq = send_seq_[size_t(d.root)]++;
+    c.header.seq = send_seq_[size_t(d.peer)]++;
   } else if (d.kind == OpKind::kRecv) {
-    c.header.seq = recv_seq_[size_t(d.root)]++;
+    c.header.seq = recv_seq_[size_t(d.peer)]++;
   } else {
     c.header.seq = seq_++;
   }
@@ -196,10 +212,7 @@ Status CommImpl::run_algorithm(const OpDesc& d, DeviceRoute route) {
   entry.op = d.kind;
   entry.dtype = d.dtype;
   entry.count = d.count;
-  entry.peer = (d.kind == OpKind::kReduce || d.kind == OpKind::kBroadcast ||
-                d.kind == OpKind::kSend || d.kind == OpKind::kRecv)
-                   ? d.root
-                   : -1;
+  entry.peer = d.named_rank();
   entry.route = route_name(route);
   entry.queued = std::chrono::system_clock::now();
   const uint64_t id = recorder_.record(std::move(entry));
@@ -229,14 +242,8 @@ Status CommImpl::reduce_scatter_blocks(void* data, const std::vector<size_t>& co
                                        ReduceOp op) {
   // A ring reduce-scatter in place on `data`: partial sums accumulate in the blocks themselves
   // (data is the caller's scratch copy), so block r of data ends with the group's result.
-  Context c(*this);
-  c.dtype = dtype;
-  c.reduce_op = op;
-  c.header.op = uint8_t(OpKind::kReduceScatter);
-  c.header.dtype = uint8_t(dtype);
-  c.header.reduce = uint8_t(uint8_t(op) + 1);
+  Context c(*this, OpDesc::reduce_scatter(data, data, counts.empty() ? 0 : counts[0], dtype, op));
   c.header.algo = 0xff;  // the hierarchical algorithms' own ring (algorithm_name: "algorithm?")
-  c.header.count = counts.empty() ? 0 : counts[0];
   c.header.seq = seq_++;
   const int n = size_, r = rank_;
   const size_t e = dtype_bytes(dtype);
@@ -255,57 +262,31 @@ Status CommImpl::reduce_scatter_blocks(void* data, const std::vector<size_t>& co
 
 Status CommImpl::allreduce_inline(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op) {
-  OpDesc d;
-  d.kind = OpKind::kAllReduce;
-  d.send = send;
-  d.recv = recv;
-  d.count = count;
-  d.dtype = dtype;
-  d.op = op;
-  return execute_now(d);
+  return execute_now(OpDesc::allreduce(send, recv, count, dtype, op));
 }
 
 Status CommImpl::allgatherv_inline(void* data, const std::vector<size_t>& counts,
                                    const std::vector<size_t>& displs, DType dtype) {
-  OpDesc d;
-  d.kind = OpKind::kAllGatherV;
-  d.send = static_cast<char*>(data) + displs[size_t(rank_)] * dtype_bytes(dtype);
-  d.recv = data;
-  d.dtype = dtype;
-  d.counts = counts;
-  d.displs = displs;
-  for (size_t c : counts) d.count += c;
-  return execute_now(d);
+  const void* mine = static_cast<char*>(data) + displs[size_t(rank_)] * dtype_bytes(dtype);
+  return execute_now(OpDesc::allgatherv(mine, data, counts, displs, dtype));
 }
 
 Result<std::vector<std::string>> CommImpl::allgather_bytes(std::string_view mine) {
   std::vector<uint64_t> sizes(static_cast<size_t>(size_));
   const uint64_t my_size = mine.size();
-  OpDesc d;
-  d.kind = OpKind::kAllGather;
-  d.send = &my_size;
-  d.recv = sizes.data();
-  d.count = 1;
-  d.dtype = DType::kI64;
-  TSR_RETURN_IF_ERROR(execute(d));
-  OpDesc v;
-  v.kind = OpKind::kAllGatherV;
-  v.dtype = DType::kU8;
+  TSR_RETURN_IF_ERROR(execute(OpDesc::allgather(&my_size, sizes.data(), 1, DType::kI64)));
+  std::vector<size_t> counts, displs;
   size_t total = 0;
   for (uint64_t s : sizes) {
-    v.counts.push_back(size_t(s));
-    v.displs.push_back(total);
+    counts.push_back(size_t(s));
+    displs.push_back(total);
     total += size_t(s);
   }
-  v.count = total;
   std::string all(total, '\0');
-  v.send = mine.data();
-  v.recv = all.data();
-  TSR_RETURN_IF_ERROR(execute(v));
+  TSR_RETURN_IF_ERROR(
+      execute(OpDesc::allgatherv(mine.data(), all.data(), counts, displs, DType::kU8)));
   std::vector<std::string> out;
-  for (int r = 0; r < size_; ++r) {
-    out.push_back(all.substr(v.displs[size_t(r)], v.counts[size_t(r)]));
-  }
+  for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[size_t(r)], counts[size_t(r)]));
   return out;
 }
 

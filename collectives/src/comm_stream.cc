@@ -12,8 +12,26 @@ namespace tessera::coll {
 // ---- operations on streams
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// An event (without timing) on the device of `stream`. The HAL creates events only from a
+// hal::Device (Device::create_event), and a stream names its backend and device index but carries
+// no Device: a communicator without a device of its own queues on any caller's stream, and making
+// a Device for it would need the device's properties (one more backend call per operation). So
+// this one ABI call stays raw until the HAL has a stream-side event constructor.
+Result<hal::Event> stream_event(const hal::Stream& stream, const char* what) {
+  const auto& backend = stream.backend();
+  tsr_event e = nullptr;
+  TSR_RETURN_IF_ERROR(backend->check(
+      backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &e), what));
+  return hal::Event(backend, e);
+}
+
+}  // namespace
+
 Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
   if (aborted()) return abort_status();
+  adopt_legacy_peer(d);
   // The native route enqueues on the caller's stream itself: no proxy, no host signal.
   if (route_for(d) == DeviceRoute::kNative) return native_->enqueue(d, stream);
   if (!stream_callbacks_ && hal::HostSignal::supported(*stream.backend())) {
@@ -27,15 +45,11 @@ Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
 Result<Work> CommImpl::enqueue_signalled(OpDesc d, const hal::Stream& stream) {
   const auto& backend = stream.backend();
   auto state = std::make_shared<WorkState>();
-  auto event = [&](const char* what) -> Result<hal::Event> {
-    tsr_event e = nullptr;
-    TSR_RETURN_IF_ERROR(backend->check(
-        backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &e), what));
-    return hal::Event(backend, e);
-  };
   // Events and the signal first: creating them touches no stream, so failing leaves nothing.
-  TSR_ASSIGN_OR_RETURN(state->event, event("event_create for a collective's completion"));
-  TSR_ASSIGN_OR_RETURN(hal::Event ready, event("event_create for a collective's start"));
+  TSR_ASSIGN_OR_RETURN(state->event,
+                       stream_event(stream, "event_create for a collective's completion"));
+  TSR_ASSIGN_OR_RETURN(hal::Event ready,
+                       stream_event(stream, "event_create for a collective's start"));
   Task task;
   {
     std::lock_guard lock(queue_mutex_);
@@ -92,12 +106,8 @@ Result<Work> CommImpl::enqueue_signalled(OpDesc d, const hal::Stream& stream) {
 Result<Work> CommImpl::enqueue_with_callback(OpDesc d, const hal::Stream& stream) {
   auto state = std::make_shared<WorkState>();
   // The event first: its creation touches no stream, so failing there leaves nothing behind.
-  const auto& backend = stream.backend();
-  tsr_event event = nullptr;
-  TSR_RETURN_IF_ERROR(
-      backend->check(backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &event),
-                     "event_create for a collective's completion"));
-  state->event = hal::Event(backend, event);
+  TSR_ASSIGN_OR_RETURN(state->event,
+                       stream_event(stream, "event_create for a collective's completion"));
   TSR_RETURN_IF_ERROR(stream.add_callback([state](Status upstream) {
     state->mark_ready(std::move(upstream));
     while (state->wait(std::chrono::milliseconds(50)).code() == StatusCode::kDeadlineExceeded) {

@@ -178,8 +178,8 @@ Status NativeComm::issue(const OpDesc& d, const hal::Stream& on, void* scratch) 
         s = ccl_->alltoall(d.send, d.recv, d.count, dtype, comm_, stream);
       }
       break;
-    case OpKind::kSend: s = ccl_->send(d.send, d.count, dtype, d.root, comm_, stream); break;
-    case OpKind::kRecv: s = ccl_->recv(d.recv, d.count, dtype, d.root, comm_, stream); break;
+    case OpKind::kSend: s = ccl_->send(d.send, d.count, dtype, d.peer, comm_, stream); break;
+    case OpKind::kRecv: s = ccl_->recv(d.recv, d.count, dtype, d.peer, comm_, stream); break;
     default:
       return internal_error(std::string(op_name(d.kind)) + " has no native form (route choice)");
   }
@@ -210,11 +210,9 @@ Status NativeComm::fail(const OpDesc& d, uint64_t seq, uint64_t record, Status w
 }
 
 Result<hal::Event> NativeComm::new_event() const {
-  tsr_event e = nullptr;
-  TSR_RETURN_IF_ERROR(
-      backend_->check(backend_->api().event_create(device_->index(), TSR_EVENT_DISABLE_TIMING, &e),
-                      "event_create for a native collective"));
-  return hal::Event(backend_, e);
+  auto event = device_->create_event(/*timing=*/false);
+  if (!event.ok()) return event.status().with_context("a native collective's event");
+  return event;
 }
 
 namespace {
@@ -225,10 +223,7 @@ FlightRecorder::Entry entry_for(const OpDesc& d, uint64_t seq) {
   entry.op = d.kind;
   entry.dtype = d.dtype;
   entry.count = d.count;
-  entry.peer = (d.kind == OpKind::kReduce || d.kind == OpKind::kBroadcast ||
-                d.kind == OpKind::kSend || d.kind == OpKind::kRecv)
-                   ? d.root
-                   : -1;
+  entry.peer = d.named_rank();
   entry.route = route_name(DeviceRoute::kNative);
   entry.queued = std::chrono::system_clock::now();
   return entry;

@@ -9,6 +9,7 @@
 
 #include "host/half.h"
 #include "host/reduce.h"
+#include "host/store.h"
 
 namespace tessera::coll {
 namespace {
@@ -48,6 +49,14 @@ size_t dtype_bytes(hal::DType dtype) {
     case hal::DType::kU8: return 1;
   }
   return 1;
+}
+
+void copy_block(void* dst, const void* src, size_t bytes, bool streaming) {
+  host::store_block(dst, src, bytes, streaming);
+}
+
+void streaming_fence() {
+  host::store_fence();
 }
 
 void reduce_pair(void* dst, const void* a, const void* b, size_t count, hal::DType dtype,

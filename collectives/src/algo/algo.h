@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/coll/communicator.h"
@@ -15,27 +16,113 @@
 namespace tessera::coll {
 
 // One operation with everything the algorithms need; the vectors are copies of the caller's spans
-// so a queued operation does not depend on the caller's arrays staying alive.
+// so a queued operation does not depend on the caller's arrays staying alive. Build one with the
+// named constructors below, which set exactly the fields each kind reads.
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;  // allreduce/reduce/broadcast: total; allgather/alltoall: per rank;
-                     // reduce_scatter: per rank (recv_count); send/recv: message
+                     // reduce_scatter: per rank (recv_count); allgatherv: total; send/recv: message
   DType dtype = DType::kU8;
   ReduceOp op = ReduceOp::kSum;
-  int root = 0;                                  // reduce, broadcast; send/recv: the peer
+  int root = 0;                                  // reduce, broadcast
+  int peer = -1;                                 // send, recv: the other rank
   std::vector<size_t> counts, displs;            // allgatherv (elements), alltoallv send side
   std::vector<size_t> recv_counts, recv_displs;  // alltoallv receive side
   // The buffers are device memory of the communicator's device (set by the argument checks,
   // memory_kind.h); the route (host, staged, native) follows from it.
   bool device_memory = false;
 
+  // The named constructors (the parameters are not called send/recv: those are the fields).
+  static OpDesc allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+    return with_buffers(OpKind::kAllReduce, in, out, count, dtype, op);
+  }
+  static OpDesc reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                       int root_rank) {
+    OpDesc d = with_buffers(OpKind::kReduce, in, out, count, dtype, op);
+    d.root = root_rank;
+    return d;
+  }
+  static OpDesc broadcast(const void* in, void* out, size_t count, DType dtype, int root_rank) {
+    OpDesc d = with_buffers(OpKind::kBroadcast, in, out, count, dtype);
+    d.root = root_rank;
+    return d;
+  }
+  static OpDesc allgather(const void* in, void* out, size_t count, DType dtype) {
+    return with_buffers(OpKind::kAllGather, in, out, count, dtype);
+  }
+  // count = the sum of `rank_counts`.
+  static OpDesc allgatherv(const void* in, void* out, std::vector<size_t> rank_counts,
+                           std::vector<size_t> rank_displs, DType dtype) {
+    size_t total = 0;
+    for (size_t c : rank_counts) total += c;
+    OpDesc d = with_buffers(OpKind::kAllGatherV, in, out, total, dtype);
+    d.counts = std::move(rank_counts);
+    d.displs = std::move(rank_displs);
+    return d;
+  }
+  static OpDesc reduce_scatter(const void* in, void* out, size_t recv_count, DType dtype,
+                               ReduceOp op) {
+    return with_buffers(OpKind::kReduceScatter, in, out, recv_count, dtype, op);
+  }
+  static OpDesc alltoall(const void* in, void* out, size_t count, DType dtype) {
+    return with_buffers(OpKind::kAllToAll, in, out, count, dtype);
+  }
+  // count = 0: the total moved is not known locally and the header's count must agree on every
+  // rank, so each pairwise message is checked by its size instead.
+  static OpDesc alltoallv(const void* in, std::vector<size_t> send_counts,
+                          std::vector<size_t> send_displs, void* out, std::vector<size_t> in_counts,
+                          std::vector<size_t> in_displs, DType dtype) {
+    OpDesc d = with_buffers(OpKind::kAllToAllV, in, out, 0, dtype);
+    d.counts = std::move(send_counts);
+    d.displs = std::move(send_displs);
+    d.recv_counts = std::move(in_counts);
+    d.recv_displs = std::move(in_displs);
+    return d;
+  }
+  static OpDesc barrier() { return OpDesc{}; }
+  static OpDesc send_to(const void* buf, size_t count, DType dtype, int peer_rank) {
+    OpDesc d = with_buffers(OpKind::kSend, buf, nullptr, count, dtype);
+    d.peer = peer_rank;
+    return d;
+  }
+  static OpDesc recv_from(void* buf, size_t count, DType dtype, int peer_rank) {
+    OpDesc d = with_buffers(OpKind::kRecv, nullptr, buf, count, dtype);
+    d.peer = peer_rank;
+    return d;
+  }
+
   // Operations whose `op` means something (checked, and carried in the wire header).
   bool reduces() const {
     return kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
   }
+  bool rooted() const { return kind == OpKind::kReduce || kind == OpKind::kBroadcast; }
+  bool point_to_point() const { return kind == OpKind::kSend || kind == OpKind::kRecv; }
+  // The one other rank the operation names (the root, or the send/recv peer); -1 for the others.
+  // What the flight recorder shows.
+  int named_rank() const { return rooted() ? root : point_to_point() ? peer : -1; }
+
+ private:
+  static OpDesc with_buffers(OpKind k, const void* in, void* out, size_t n, DType t,
+                             ReduceOp r = ReduceOp::kSum) {
+    OpDesc d;
+    d.kind = k;
+    d.send = in;
+    d.recv = out;
+    d.count = n;
+    d.dtype = t;
+    d.op = r;
+    return d;
+  }
 };
+
+// TRANSITIONAL: communicator.cc still builds send/recv with the peer in `root`. CommImpl's entry
+// points (execute, enqueue) move it to `peer`; remove this once communicator.cc uses
+// OpDesc::send_to / recv_from.
+inline void adopt_legacy_peer(OpDesc& d) {
+  if (d.point_to_point() && d.peer < 0) d.peer = d.root;
+}
 
 class CommImpl;
 

@@ -181,13 +181,8 @@ Status allreduce_halving_doubling(AlgoContext& c, const OpDesc& d) {
 }
 
 Status allreduce_tree(AlgoContext& c, const OpDesc& d) {
-  OpDesc reduce = d;
-  reduce.root = 0;
-  TSR_RETURN_IF_ERROR(reduce_tree(c, reduce));
-  OpDesc bcast = d;
-  bcast.root = 0;
-  bcast.send = d.recv;
-  return broadcast_tree(c, bcast);
+  TSR_RETURN_IF_ERROR(reduce_tree(c, OpDesc::reduce(d.send, d.recv, d.count, d.dtype, d.op, 0)));
+  return broadcast_tree(c, OpDesc::broadcast(d.recv, d.recv, d.count, d.dtype, 0));
 }
 
 Status allreduce_hierarchical(AlgoContext& c, const OpDesc& d) {

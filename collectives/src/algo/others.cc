@@ -222,7 +222,7 @@ Status barrier_dissemination(AlgoContext& c, const OpDesc&) {
 
 Status send_recv(AlgoContext& c, const OpDesc& d) {
   const size_t bytes = d.count * dtype_bytes(d.dtype);
-  P2P op = d.kind == OpKind::kSend ? c.send(d.root, d.send, bytes) : c.recv(d.root, d.recv, bytes);
+  P2P op = d.kind == OpKind::kSend ? c.send(d.peer, d.send, bytes) : c.recv(d.peer, d.recv, bytes);
   return c.run({&op, 1});
 }
 

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <new>
 
-#include "host/store.h"
 #include "reduce.h"
 #include "tessera/common/log.h"
 
@@ -318,11 +317,11 @@ void receive_chunk(P2P& op, const char* data, size_t bytes) {
     const bool streaming = bytes >= kStreamingChunk && op.bytes >= kStreamingMessage &&
                            (op.kind == P2P::Kind::kRecv || local != dst);
     if (op.kind == P2P::Kind::kRecv) {
-      host::store_block(dst, data, bytes, streaming);
+      copy_block(dst, data, bytes, streaming);
     } else {
       reduce_pair(dst, local, data, bytes / dtype_bytes(op.dtype), op.dtype, op.op, streaming);
     }
-    if (streaming) host::store_fence();
+    if (streaming) streaming_fence();
   }
   op.moved += bytes;
   ++chunks_done(op);
@@ -404,9 +403,9 @@ Status ShmTransport::progress_send(P2P& op) {
     // so the receiver reads it at memory bandwidth rather than line by line from this core
     // (cache-to-cache transfers are the slow path, badly so between vCPUs of a VM).
     if (n > 0) {
-      host::store_block(f.slot_data(head), static_cast<const char*>(op.src) + op.moved, n,
-                        n >= kStreamingChunk);
-      if (n >= kStreamingChunk) host::store_fence();
+      copy_block(f.slot_data(head), static_cast<const char*>(op.src) + op.moved, n,
+                 n >= kStreamingChunk);
+      if (n >= kStreamingChunk) streaming_fence();
     }
     slot->stamp.store(head + 1, std::memory_order_release);
     ++head;
