@@ -100,11 +100,6 @@ size_t op_bytes(const OpDesc& d, int size) {
 
 Status CommImpl::execute(const OpDesc& d) {
   drain();
-  if (d.point_to_point() && d.peer < 0) {
-    OpDesc p2p = d;
-    adopt_legacy_peer(p2p);
-    return execute_now(p2p);
-  }
   return execute_now(d);
 }
 

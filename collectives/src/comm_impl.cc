@@ -29,37 +29,36 @@ constexpr uint64_t kDefaultSingleCopyThreshold = 0;
 // A word every process can read in its peers, to test single-copy (CMA) access.
 const uint64_t kSingleCopyProbe = 0x7e55e7a;
 
+// A rank's card, published in the bootstrap store, which anyone who reaches the store can read:
+// it holds identifiers, never an address (that would undo ASLR) nor the kernel's boot id.
 struct Card {
   int world_rank = 0;
   ProcessIdentity process;  // pid, start time, PID namespace (peer_liveness.h)
-  uint64_t probe_address = 0;
   int64_t color = 0;
   int64_t key = 0;
-  std::string host;
+  std::string host;  // host_identity()
 };
 
 std::string encode(const Card& c) {
   return std::to_string(c.world_rank) + "|" + std::to_string(c.process.pid) + "|" +
-         std::to_string(c.probe_address) + "|" + std::to_string(c.color) + "|" +
-         std::to_string(c.key) + "|" + std::to_string(c.process.start_time) + "|" +
-         c.process.pid_namespace + "|" + c.host;
+         std::to_string(c.color) + "|" + std::to_string(c.key) + "|" +
+         std::to_string(c.process.start_time) + "|" + c.process.pid_namespace + "|" + c.host;
 }
 
 Result<Card> decode(const std::string& text, size_t from) {
   Card c;
   std::istringstream in(text);
-  constexpr int kFields = 8;  // the host (last) may hold '|'
+  constexpr int kFields = 7;  // the host (last) may hold '|'
   std::string field[kFields];
   for (int i = 0; i < kFields - 1; ++i) std::getline(in, field[i], '|');
   std::getline(in, field[kFields - 1]);
   try {
     c.world_rank = std::stoi(field[0]);
     c.process.pid = std::stoi(field[1]);
-    c.probe_address = std::stoull(field[2]);
-    c.color = std::stoll(field[3]);
-    c.key = std::stoll(field[4]);
-    c.process.start_time = std::stoull(field[5]);
-    c.process.pid_namespace = field[6];
+    c.color = std::stoll(field[2]);
+    c.key = std::stoll(field[3]);
+    c.process.start_time = std::stoull(field[4]);
+    c.process.pid_namespace = field[5];
   } catch (...) {
     return internal_error("communicator creation: malformed card from participant " +
                           std::to_string(from) + ": '" + text + "'");
@@ -68,15 +67,64 @@ Result<Card> decode(const std::string& text, size_t from) {
   return c;
 }
 
+std::string fnv_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
 // Which ranks share a host: TESSERA_HOST_ID when set (emulated hosts, containers sharing a
-// kernel), else hostname plus the kernel's boot id.
+// kernel), else hostname plus a hash of the kernel's boot id (the boot id itself is a stable
+// machine secret that the store must not publish; a 64-bit hash still tells two boots apart).
 std::string host_identity() {
   if (auto id = env::get("TESSERA_HOST_ID"); id && !id->empty()) return *id;
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return std::string(name) + "/" + boot;
+  return std::string(name) + "/" + fnv_hex("tessera boot " + boot);
+}
+
+// A file-backed mapping of /proc/<pid>/maps: [start, end) holds the bytes at `offset` of the
+// file `dev`:`inode`.
+struct Mapping {
+  uint64_t start = 0, end = 0, offset = 0, inode = 0;
+  std::string dev;
+};
+
+std::vector<Mapping> file_mappings(const std::string& pid) {
+  std::vector<Mapping> out;
+  std::ifstream in("/proc/" + pid + "/maps");
+  std::string line, perms;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    Mapping m;
+    char dash = 0;
+    f >> std::hex >> m.start >> dash >> m.end >> perms >> m.offset >> m.dev >> std::dec >> m.inode;
+    if (f && dash == '-' && m.inode != 0) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// Where process `pid` has its kSingleCopyProbe: in its mapping of the same file at the same
+// offset as ours (the same build of this library), at the same distance from the mapping's start.
+// The cards carry no address (anyone reading the store could undo ASLR with it); a peer that may
+// be read with process_vm_readv may have its maps read too. 0 when not found.
+uint64_t peer_probe_address(int pid) {
+  const auto mine = reinterpret_cast<uint64_t>(&kSingleCopyProbe);
+  for (const Mapping& m : file_mappings("self")) {
+    if (mine < m.start || mine >= m.end) continue;
+    for (const Mapping& p : file_mappings(std::to_string(pid))) {
+      if (p.dev == m.dev && p.inode == m.inode && p.offset == m.offset &&
+          p.end - p.start == m.end - m.start) {
+        return p.start + (mine - m.start);
+      }
+    }
+    return 0;
+  }
+  return 0;
 }
 
 inline void cpu_relax() {
@@ -85,14 +133,6 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-std::string fnv_hex(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
-  return out;
 }
 
 }  // namespace
@@ -160,7 +200,6 @@ Result<std::unique_ptr<CommImpl>> CommImpl::create(CreateArgs args) {
   Card mine;
   mine.world_rank = args.world_rank;
   mine.process = this_process();
-  mine.probe_address = reinterpret_cast<uint64_t>(&kSingleCopyProbe);
   mine.color = args.color;
   mine.key = args.key;
   mine.host = host_identity();
@@ -191,7 +230,7 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   if (options_.stage_chunk_bytes > 0) stage_chunk_ = options_.stage_chunk_bytes;
   chunk_all_ =
       device_ && (device_path_ == DevicePath::kStaged || !device_->has(TSR_CAP_HOST_ACCESSIBLE));
-  stream_callbacks_ = env::get("TESSERA_COLL_STREAM_CALLBACKS").value_or("0") == "1";
+  TSR_ASSIGN_OR_RETURN(stream_callbacks_, env::get_bool("TESSERA_COLL_STREAM_CALLBACKS", false));
   std::vector<Card> cards;
   for (size_t i = 0; i < raw_cards.size(); ++i) {
     TSR_ASSIGN_OR_RETURN(Card c, decode(raw_cards[i], i));
@@ -238,8 +277,10 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   // Shared memory: the lowest local rank creates the segment; everyone attaches; it unlinks.
   // Failures still take part in both barriers so nobody waits for them.
   ShmConfig shm;
-  TSR_ASSIGN_OR_RETURN(const uint64_t chunk, env::get_bytes("TESSERA_SHM_CHUNK", 256 << 10));
-  TSR_ASSIGN_OR_RETURN(const int64_t slots, env::get_int("TESSERA_SHM_SLOTS", 8));
+  // Bounded so that the segment (slots x chunk per pair of local ranks) stays a sane size.
+  TSR_ASSIGN_OR_RETURN(const uint64_t chunk,
+                       env::get_bytes("TESSERA_SHM_CHUNK", 256 << 10, 8, uint64_t(64) << 20));
+  TSR_ASSIGN_OR_RETURN(const int64_t slots, env::get_int("TESSERA_SHM_SLOTS", 8, 2, 1024));
   shm.rank = rank_;
   shm.local_ranks = local_ranks;
   shm.slot_bytes = size_t(chunk);
@@ -290,8 +331,8 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
         cards[size_t(members[size_t(local_ranks[(size_t(local_rank_) + 1) % local_ranks.size()])])];
     const ProcessIdentity& mine_process = processes_[size_t(rank_)];
     if (next.process.pid_namespace == mine_process.pid_namespace &&
-        can_read_peer_memory(next.process.pid, next.probe_address, &kSingleCopyProbe,
-                             sizeof kSingleCopyProbe)) {
+        can_read_peer_memory(next.process.pid, peer_probe_address(next.process.pid),
+                             &kSingleCopyProbe, sizeof kSingleCopyProbe)) {
       can_read = "yes";
     }
   }

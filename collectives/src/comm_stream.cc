@@ -31,7 +31,6 @@ Result<hal::Event> stream_event(const hal::Stream& stream, const char* what) {
 
 Result<Work> CommImpl::enqueue(OpDesc d, const hal::Stream& stream) {
   if (aborted()) return abort_status();
-  adopt_legacy_peer(d);
   // The native route enqueues on the caller's stream itself: no proxy, no host signal.
   if (route_for(d) == DeviceRoute::kNative) return native_->enqueue(d, stream);
   if (!stream_callbacks_ && hal::HostSignal::supported(*stream.backend())) {

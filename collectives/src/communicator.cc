@@ -54,8 +54,9 @@ namespace {
 
 Result<CommOptions> resolve(CommOptions options) {
   if (options.timeout.count() <= 0) {
-    TSR_ASSIGN_OR_RETURN(const int64_t ms, env::get_int("TESSERA_COLL_TIMEOUT_MS", 300000));
-    if (ms <= 0) return invalid_argument("TESSERA_COLL_TIMEOUT_MS must be positive");
+    // At most a year: deadlines are steady_clock::now() + timeout, in int64 nanoseconds.
+    TSR_ASSIGN_OR_RETURN(const int64_t ms, env::get_int("TESSERA_COLL_TIMEOUT_MS", 300000, 1,
+                                                        int64_t(365) * 24 * 3600 * 1000));
     options.timeout = std::chrono::milliseconds(ms);
   }
   if (options.algorithms.empty()) options.algorithms = env::get("TESSERA_COLL_ALGO").value_or("");
@@ -77,9 +78,9 @@ Result<CommOptions> resolve(CommOptions options) {
     return path.status().with_context("TESSERA_COLL_DEVICE_PATH (CommOptions::device_path)");
   }
   if (options.stage_chunk_bytes == 0) {
-    TSR_ASSIGN_OR_RETURN(const uint64_t chunk,
-                         env::get_bytes("TESSERA_COLL_STAGE_CHUNK", uint64_t(4) << 20));
-    if (chunk == 0) return invalid_argument("TESSERA_COLL_STAGE_CHUNK must be positive");
+    // Each chunk is a pinned host buffer and a device buffer: 1 GiB is already absurd.
+    TSR_ASSIGN_OR_RETURN(const uint64_t chunk, env::get_bytes("TESSERA_COLL_STAGE_CHUNK",
+                                                              uint64_t(4) << 20, 1, 1ull << 30));
     options.stage_chunk_bytes = size_t(chunk);
   }
   return options;
@@ -222,19 +223,6 @@ Result<std::shared_ptr<Communicator>> Communicator::group(std::span<const int> r
 
 namespace {
 
-OpDesc desc(OpKind kind, const void* send = nullptr, void* recv = nullptr, size_t count = 0,
-            DType dtype = DType::kU8, ReduceOp op = ReduceOp::kSum, int root = 0) {
-  OpDesc d;
-  d.kind = kind;
-  d.send = send;
-  d.recv = recv;
-  d.count = count;
-  d.dtype = dtype;
-  d.op = op;
-  d.root = root;
-  return d;
-}
-
 Status check_buffer(const char* op, const char* name, const void* p, size_t count) {
   if (p == nullptr && count > 0) {
     return invalid_argument(std::string(op) + ": " + name + " is null (count " +
@@ -320,8 +308,8 @@ Status check_args(const OpDesc& d, int rank, int size) {
       return check_buffer(op, "recv", d.recv, d.count);
     case OpKind::kSend:
     case OpKind::kRecv:
-      TSR_RETURN_IF_ERROR(check_rank(op, "peer", d.root, size));
-      if (d.root == rank) return invalid_argument(name + ": peer is this rank");
+      TSR_RETURN_IF_ERROR(check_rank(op, "peer", d.peer, size));
+      if (d.peer == rank) return invalid_argument(name + ": peer is this rank");
       return check_buffer(op, "buf", d.kind == OpKind::kSend ? d.send : d.recv, d.count);
     case OpKind::kBarrier: return Status();
     default:  // allreduce, allgather, reduce_scatter, alltoall: a send and a receive buffer
@@ -359,21 +347,20 @@ Status run(CommImpl& impl, int rank, int size, OpDesc d) {
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                ReduceOp op) {
-  return run(*impl_, rank(), size(), desc(OpKind::kAllReduce, send, recv, count, dtype, op));
+  return run(*impl_, rank(), size(), OpDesc::allreduce(send, recv, count, dtype, op));
 }
 
 Status Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                             int root) {
-  return run(*impl_, rank(), size(), desc(OpKind::kReduce, send, recv, count, dtype, op, root));
+  return run(*impl_, rank(), size(), OpDesc::reduce(send, recv, count, dtype, op, root));
 }
 
 Status Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
-  return run(*impl_, rank(), size(),
-             desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
+  return run(*impl_, rank(), size(), OpDesc::broadcast(send, recv, count, dtype, root));
 }
 
 Status Communicator::allgather(const void* send, void* recv, size_t count, DType dtype) {
-  return run(*impl_, rank(), size(), desc(OpKind::kAllGather, send, recv, count, dtype));
+  return run(*impl_, rank(), size(), OpDesc::allgather(send, recv, count, dtype));
 }
 
 Status Communicator::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
@@ -393,9 +380,8 @@ Status Communicator::allgatherv(const void* send, void* recv, std::span<const si
     return check_buffer("allgatherv", "recv", recv, total);
   }();
   TSR_RETURN_IF_ERROR(refuse(*impl_, rank(), size(), checked));
-  OpDesc d = desc(OpKind::kAllGatherV, send, recv, total, dtype);
-  d.counts.assign(counts.begin(), counts.end());
-  d.displs.assign(displs.begin(), displs.end());
+  OpDesc d = OpDesc::allgatherv(send, recv, {counts.begin(), counts.end()},
+                                {displs.begin(), displs.end()}, dtype);
   TSR_RETURN_IF_ERROR(
       refuse(*impl_, rank(), size(), check_memory(*impl_, d, rank(), size(), nullptr)));
   return impl_->execute(d);
@@ -403,12 +389,11 @@ Status Communicator::allgatherv(const void* send, void* recv, std::span<const si
 
 Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                     ReduceOp op) {
-  return run(*impl_, rank(), size(),
-             desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op));
+  return run(*impl_, rank(), size(), OpDesc::reduce_scatter(send, recv, recv_count, dtype, op));
 }
 
 Status Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype) {
-  return run(*impl_, rank(), size(), desc(OpKind::kAllToAll, send, recv, count, dtype));
+  return run(*impl_, rank(), size(), OpDesc::alltoall(send, recv, count, dtype));
 }
 
 Status Communicator::alltoallv(const void* send, std::span<const size_t> send_counts,
@@ -432,30 +417,26 @@ Status Communicator::alltoallv(const void* send, std::span<const size_t> send_co
     return check_buffer("alltoallv", "recv", recv, received);
   }();
   TSR_RETURN_IF_ERROR(refuse(*impl_, rank(), size(), checked));
-  // The header's count must agree on every rank: the total moved by the whole communicator is
-  // not known locally, so alltoallv stamps 0 and each pairwise message is checked by its size.
-  OpDesc d = desc(OpKind::kAllToAllV, send, recv, 0, dtype);
-  d.counts.assign(send_counts.begin(), send_counts.end());
-  d.displs.assign(send_displs.begin(), send_displs.end());
-  d.recv_counts.assign(recv_counts.begin(), recv_counts.end());
-  d.recv_displs.assign(recv_displs.begin(), recv_displs.end());
+  // Count 0 in the header: the total moved is not known locally (OpDesc::alltoallv).
+  OpDesc d = OpDesc::alltoallv(send, {send_counts.begin(), send_counts.end()},
+                               {send_displs.begin(), send_displs.end()}, recv,
+                               {recv_counts.begin(), recv_counts.end()},
+                               {recv_displs.begin(), recv_displs.end()}, dtype);
   TSR_RETURN_IF_ERROR(
       refuse(*impl_, rank(), size(), check_memory(*impl_, d, rank(), size(), nullptr)));
   return impl_->execute(d);
 }
 
 Status Communicator::send(const void* buf, size_t count, DType dtype, int peer) {
-  return run(*impl_, rank(), size(),
-             desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer));
+  return run(*impl_, rank(), size(), OpDesc::send_to(buf, count, dtype, peer));
 }
 
 Status Communicator::recv(void* buf, size_t count, DType dtype, int peer) {
-  return run(*impl_, rank(), size(),
-             desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer));
+  return run(*impl_, rank(), size(), OpDesc::recv_from(buf, count, dtype, peer));
 }
 
 Status Communicator::barrier() {
-  return run(*impl_, rank(), size(), desc(OpKind::kBarrier));
+  return run(*impl_, rank(), size(), OpDesc::barrier());
 }
 
 // ---- on a stream
@@ -488,49 +469,44 @@ Result<Work> enqueue(CommImpl& impl, int rank, int size, OpDesc d, const hal::St
 
 Result<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                      ReduceOp op, const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllReduce, send, recv, count, dtype, op),
-                 stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::allreduce(send, recv, count, dtype, op), stream);
 }
 
 Result<Work> Communicator::reduce(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op, int root, const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(), desc(OpKind::kReduce, send, recv, count, dtype, op, root),
+  return enqueue(*impl_, rank(), size(), OpDesc::reduce(send, recv, count, dtype, op, root),
                  stream);
 }
 
 Result<Work> Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
                                      int root, const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(),
-                 desc(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::broadcast(send, recv, count, dtype, root), stream);
 }
 
 Result<Work> Communicator::allgather(const void* send, void* recv, size_t count, DType dtype,
                                      const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllGather, send, recv, count, dtype),
-                 stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::allgather(send, recv, count, dtype), stream);
 }
 
 Result<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                           DType dtype, ReduceOp op, const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(),
-                 desc(OpKind::kReduceScatter, send, recv, recv_count, dtype, op), stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::reduce_scatter(send, recv, recv_count, dtype, op),
+                 stream);
 }
 
 Result<Work> Communicator::alltoall(const void* send, void* recv, size_t count, DType dtype,
                                     const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(), desc(OpKind::kAllToAll, send, recv, count, dtype), stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::alltoall(send, recv, count, dtype), stream);
 }
 
 Result<Work> Communicator::send(const void* buf, size_t count, DType dtype, int peer,
                                 const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(),
-                 desc(OpKind::kSend, buf, nullptr, count, dtype, ReduceOp::kSum, peer), stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::send_to(buf, count, dtype, peer), stream);
 }
 
 Result<Work> Communicator::recv(void* buf, size_t count, DType dtype, int peer,
                                 const hal::Stream& stream) {
-  return enqueue(*impl_, rank(), size(),
-                 desc(OpKind::kRecv, nullptr, buf, count, dtype, ReduceOp::kSum, peer), stream);
+  return enqueue(*impl_, rank(), size(), OpDesc::recv_from(buf, count, dtype, peer), stream);
 }
 
 }  // namespace tessera::coll

@@ -395,6 +395,47 @@ TEST(Communicator, AbortUnblocksAndLaterCallsFail) {
       2);
 }
 
+// Every variable the communicator reads refuses a malformed, negative or out-of-range value by
+// name instead of running with a default, a wrapped int or an absurd segment (one rank: each is
+// read before the shared-memory segment exists).
+TEST(Communicator, MalformedEnvironmentValuesFailCreateNamingTheVariable) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"TESSERA_COLL_TIMEOUT_MS", "-5"},
+      {"TESSERA_COLL_TIMEOUT_MS", "1e3"},
+      {"TESSERA_COLL_TIMEOUT_MS", "99999999999999"},
+      {"TESSERA_COLL_STAGE_CHUNK", "0"},
+      {"TESSERA_COLL_STAGE_CHUNK", "2T"},
+      {"TESSERA_SHM_CHUNK", "1G"},
+      {"TESSERA_SHM_SLOTS", "4294967298"},
+      {"TESSERA_SHM_SLOTS", "1"},
+      {"TESSERA_COLL_STREAM_CALLBACKS", "2"},
+  };
+  for (const auto& [name, value] : cases) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    expect_all_ok(
+        run_ranks(1,
+                  [name = name, value = value](int rank, int n) {
+                    setenv(name, value, 1);
+                    LaunchInfo info;
+                    info.rank = rank;
+                    info.size = n;
+                    info.local_size = n;
+                    auto store = connect_tcp_store(
+                        "127.0.0.1", std::atoi(std::getenv("TESSERA_TEST_STORE_PORT")),
+                        std::chrono::milliseconds(10000));
+                    CHILD_OK(store.status());
+                    auto comm =
+                        Communicator::create(Bootstrap::from_parts(info, std::move(store.value())));
+                    const std::string named = std::string(name) + "='" + value + "'";
+                    CHILD_CHECK(comm.status().code() == StatusCode::kInvalidArgument &&
+                                    comm.status().message().find(named) != std::string::npos,
+                                "%s", comm.status().to_string().c_str());
+                    return 0;
+                  }),
+        1);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::coll
 

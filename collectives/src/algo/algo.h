@@ -117,13 +117,6 @@ struct OpDesc {
   }
 };
 
-// TRANSITIONAL: communicator.cc still builds send/recv with the peer in `root`. CommImpl's entry
-// points (execute, enqueue) move it to `peer`; remove this once communicator.cc uses
-// OpDesc::send_to / recv_from.
-inline void adopt_legacy_peer(OpDesc& d) {
-  if (d.point_to_point() && d.peer < 0) d.peer = d.root;
-}
-
 class CommImpl;
 
 class AlgoContext {

@@ -25,6 +25,19 @@ Result<int> slurm_tasks_on_node(std::string_view tasks_per_node, int node_id);
 // A store living in this process only: the single-rank case and tests. Thread-safe.
 std::unique_ptr<Store> make_memory_store();
 
+// What a TCP store server has done so far, for tests (a snapshot taken at the end of each turn of
+// its loop).
+struct TcpStoreServerStats {
+  uint64_t accept_failures = 0;      // accept() errors (EMFILE, ...); the listener pauses after one
+  uint64_t refused_connections = 0;  // over TcpStoreLimits::max_connections
+  uint64_t dropped_stalled = 0;      // dropped after TcpStoreLimits::stall_timeout
+  size_t connections = 0;
+  size_t store_bytes = 0;      // counted against TcpStoreLimits::max_store_bytes
+  size_t buffered_bytes = 0;   // counted against TcpStoreLimits::max_buffered_bytes
+  bool accept_paused = false;  // out of descriptors: the listener is not polled for now
+};
+TcpStoreServerStats tcp_store_server_stats(const TcpStoreServer& server);
+
 // True when this build can talk to a PMIx server (libpmix found at configure time).
 bool pmix_available();
 

@@ -63,8 +63,9 @@ inline constexpr uint32_t kMaxFrameBytes = 256u << 20;
 
 // Store protocol. Request: u32 body length, then u8 op, u32 key length, key, op-specific tail
 // (set: the value; get: u64 timeout in ms; add: i64 delta). Response: u32 body length, then u8
-// reply code and a tail (ok: value / i64 / empty; error: message).
+// reply code and a tail (ok: value / i64 / empty; error, refused: message). kRefused is a request
+// over one of the server's limits (TcpStoreLimits), or a connection over its connection limit.
 enum class StoreOp : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
-enum class StoreReply : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
+enum class StoreReply : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3 };
 
 }  // namespace tessera::coll::detail

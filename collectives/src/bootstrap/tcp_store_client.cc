@@ -74,8 +74,9 @@ class TcpStoreClient final : public Store {
     idle_.push_back(std::move(fd));
   }
 
-  // Sends one request and reads its reply. kError replies become a Status; kOk and kTimeout come
-  // back with their tail. A connection that saw any failure is dropped, not reused.
+  // Sends one request and reads its reply. kError replies become FAILED_PRECONDITION and kRefused
+  // ones (over a server limit) RESOURCE_EXHAUSTED; kOk and kTimeout come back with their tail. A
+  // connection that saw any failure is dropped, not reused.
   Result<std::pair<StoreReply, std::string>> call(StoreOp op, std::string_view key,
                                                   std::string_view tail, Clock::time_point deadline,
                                                   std::string_view verb) {
@@ -106,6 +107,7 @@ class TcpStoreClient final : public Store {
     const auto code = static_cast<StoreReply>(reply[0]);
     reply.erase(0, 1);
     if (code == StoreReply::kError) return failed_precondition(what + ": " + reply);
+    if (code == StoreReply::kRefused) return resource_exhausted(what + ": " + reply);
     if (code != StoreReply::kOk && code != StoreReply::kTimeout) {
       return data_loss(what + ": unknown reply code " + std::to_string(static_cast<int>(code)));
     }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -63,8 +64,22 @@ class TcpStoreServer {
   virtual ~TcpStoreServer() = default;
   virtual int port() const = 0;  // the bound port (useful when asked for port 0)
 };
+// What one TCP store server holds for its clients, so that no client, well-behaved or not, can
+// grow the server's memory or descriptors without bound (docs/LAUNCH.md, "What the bootstrap
+// guarantees"). A request over a limit is refused with RESOURCE_EXHAUSTED naming the limit, to
+// that client only.
+struct TcpStoreLimits {
+  size_t max_key_bytes = 4096;
+  size_t max_value_bytes = size_t{16} << 20;
+  size_t max_store_bytes = size_t{1} << 30;      // keys + values (+64 bytes a key) held in all
+  size_t max_buffered_bytes = size_t{64} << 20;  // unparsed requests of all connections together
+  int max_connections = 4096;                    // more are answered with an error and closed
+  // A connection with a request half-received, or a reply half-sent, for this long is dropped.
+  std::chrono::milliseconds stall_timeout{30000};
+};
 // Binds `host:port` (port 0 = any free port) and serves from a background thread.
-Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string& host, int port);
+Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string& host, int port,
+                                                               TcpStoreLimits limits = {});
 // Connects to a TCP store, retrying until `timeout` (the server may start later than the client).
 Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
                                                  std::chrono::milliseconds timeout);
