@@ -128,7 +128,7 @@ TEST_F(CApiDevice, ADeviceTensorPastTheEndOfItsAllocationIsRefusedNamingItAndThe
   expect_error(tessera_checkpoint_add_tensor(ckpt, "tail", TESSERA_F32, shape, 1, nullptr, nullptr,
                                              static_cast<char*>(device) + 32, 0),
                TESSERA_INVALID_ARGUMENT, "tessera_checkpoint_add_tensor",
-               "64-byte allocation of host:0");
+               "64-byte allocation on host:0");
   EXPECT_EQ(tessera_checkpoint_destroy(ckpt), TESSERA_OK);
   EXPECT_EQ(tessera_device_free(ctx_, device), TESSERA_OK);
 }
