@@ -314,6 +314,12 @@ struct DescriptorHog {
 };
 
 TEST(TcpStoreLimits, OutOfDescriptorsTheServerPausesInsteadOfSpinning) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer preset builds with UBSan too, whose vptr check opens a pipe to validate a
+  // dynamic type: with every descriptor taken it reports each iostream access as an invalid
+  // object. The default build runs this test.
+  GTEST_SKIP() << "descriptor exhaustion breaks UBSan's vptr check (it needs a pipe)";
+#endif
   auto server = serve(small_limits());
   ASSERT_TRUE(server);
   auto store = client(server->port());
