@@ -34,13 +34,8 @@ class CkptCliTest : public ::testing::Test {
     o.fsync = false;
     o.layout = "tp=1 dp=1";
     auto ck = std::move(Checkpointer::create(o, std::make_shared<SingleRankGroup>())).value();
-    ModelState state;
-    ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 1).ok());
-    for (int64_t step : {1, 2}) {
-      state.fill(Layout{1, 1}, 0, step);
-      ASSERT_TRUE(ck->save_async(step).ok());
-      ASSERT_TRUE(ck->wait()->status.ok());
-    }
+    const Status saved = testing::save_two_steps(*ck);
+    ASSERT_TRUE(saved.ok()) << saved.to_string();
   }
   ::tessera::testing::CliRun ckpt(const std::string& args) {
     return run_cli(TESSERA_BIN, "ckpt", args);

@@ -26,13 +26,8 @@ class CorruptionTest : public ::testing::Test {
  public:
   void SetUp() override {
     auto ck = open();
-    ModelState state;
-    ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 1).ok());
-    for (int64_t step : {1, 2}) {
-      state.fill(Layout{1, 1}, 0, step);
-      ASSERT_TRUE(ck->save_async(step).ok());
-      ASSERT_TRUE(ck->wait()->status.ok());
-    }
+    const Status saved = testing::save_two_steps(*ck);
+    ASSERT_TRUE(saved.ok()) << saved.to_string();
   }
   std::unique_ptr<Checkpointer> open(std::function<Status(FaultPoint)> hook = {}) {
     CheckpointOptions o;

@@ -35,13 +35,8 @@ class UntrustedInputTest : public ::testing::Test {
     o.chunk_bytes = 1024;
     o.fsync = false;
     auto ck = std::move(Checkpointer::create(o, std::make_shared<SingleRankGroup>())).value();
-    ModelState state;
-    ASSERT_TRUE(state.register_in(ck->registry(), Layout{1, 1}, 0, 1).ok());
-    for (int64_t step : {1, 2}) {
-      state.fill(Layout{1, 1}, 0, step);
-      ASSERT_TRUE(ck->save_async(step).ok());
-      ASSERT_TRUE(ck->wait()->status.ok());
-    }
+    const Status saved = testing::save_two_steps(*ck);
+    ASSERT_TRUE(saved.ok()) << saved.to_string();
   }
   // step-2's manifest as JSON, to edit and write back re-signed.
   Json manifest_json() const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/checkpoint/checkpointer.h"
 #include "tessera/checkpoint/state.h"
 
 namespace tessera::ckpt::testing {
@@ -154,5 +155,19 @@ struct ModelState {
     return "";
   }
 };
+
+// Steps 1 and 2 of the one-rank model saved through `ck`: the checkpoint the corruption,
+// untrusted-input and CLI tests start from (each then breaks it its own way).
+inline Status save_two_steps(Checkpointer& ck) {
+  ModelState state;
+  TSR_RETURN_IF_ERROR(state.register_in(ck.registry(), Layout{1, 1}, 0, 1));
+  for (int64_t step : {1, 2}) {
+    state.fill(Layout{1, 1}, 0, step);
+    TSR_RETURN_IF_ERROR(ck.save_async(step).status());
+    TSR_ASSIGN_OR_RETURN(SaveResult saved, ck.wait());
+    TSR_RETURN_IF_ERROR(saved.status);
+  }
+  return Status();
+}
 
 }  // namespace tessera::ckpt::testing

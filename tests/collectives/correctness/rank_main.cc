@@ -15,8 +15,8 @@
 // runs scenario `all` on cuda this way). The host backend's ranks use host:0 (the tests set
 // TESSERA_HOST_DEVICES); another backend's rank R uses device R mod the device count.
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
