@@ -5,7 +5,9 @@
 # UCX, Google Benchmark or Debian -dev packages (GoogleTest is vendored in third_party/).
 #   1. configures a minimal build (HAL, CUDA backend, CTS, tessera-cuda-bench) for this GPU's
 #      architecture only, and builds just those targets;
-#   2. runs the conformance suite: tessera-cts --backend cuda;
+#   2. runs the conformance suite: tessera-cts --backend cuda, with the kernel-module tests on the
+#      CTS images built in step 1 (cts_kernels.fatbin with SASS for this GPU, cts_kernels.ptx for
+#      the JIT path, from <build>/share/tessera/cts-kernels; the step fails if they are missing);
 #   3. runs tessera-cuda-bench: D2D copy, reduce_async f32/bf16 (2 x 1 GiB) as a fraction of the
 #      copy, pinned H2D/D2H through the backend vs cudaMemcpyAsync, bf16 GEMM 8192^3 through the
 #      backend vs cublasGemmEx, printed as a markdown table;
@@ -66,11 +68,12 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_COMPILER="$NVCC" \
   -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON \
   -DTESSERA_BACKEND_CUDA=ON -DTESSERA_BACKEND_HIP=OFF -DTESSERA_BACKEND_LEVEL_ZERO=OFF \
-  -DTESSERA_CUDA_ARCHITECTURES="$CUDA_ARCH" >"$RESULTS/build.log" 2>&1 ||
+  -DTESSERA_CUDA_ARCHITECTURES="$CUDA_ARCH" -DTESSERA_CTS_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+  >"$RESULTS/build.log" 2>&1 ||
   { tail -30 "$RESULTS/build.log"; exit 1; }
 # The tools need CLI11 and nlohmann-json (absent on a bare GPU machine): build them when configured.
 targets=(tessera-cts tessera-backend-cuda tessera-cuda-bench coll_correctness_test
-         coll_correctness_rank)
+         coll_correctness_rank tessera_cts_kernels_cuda)
 HAVE_TOOLS=0
 if ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tessera: '; then
   HAVE_TOOLS=1
@@ -79,6 +82,11 @@ fi
 say "building ${targets[*]}"
 ninja -C "$BUILD_DIR" -j "$JOBS" "${targets[@]}" \
   >>"$RESULTS/build.log" 2>&1 || { tail -30 "$RESULTS/build.log"; exit 1; }
+# The CTS's module tests load these (hal/cts/kernels/cuda): nvcc made them in the build above.
+KERNEL_DIR="$BUILD_DIR/share/tessera/cts-kernels"
+for image in cts_kernels.fatbin cts_kernels.ptx; do
+  [[ -s "$KERNEL_DIR/$image" ]] || { echo "gpu_check: $KERNEL_DIR/$image was not built" >&2; exit 1; }
+done
 if [[ $BUILD_ONLY == 1 ]]; then
   say "built; --build-only: not running"
   exit 0
@@ -96,6 +104,13 @@ else
 fi
 if grep -q 'backend init failed' "$RESULTS/cts.log"; then
   no_device "$(grep -m1 -o 'backend init failed: .*' "$RESULTS/cts.log")"
+fi
+# The kernel-module tests (fatbin and PTX on this GPU): each must have run, not skipped.
+say "kernel-module tests (images from $KERNEL_DIR):"
+grep -E '^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z]*Module' "$RESULTS/cts.log" | sed 's/^/    /' || true
+if ! grep -qE '^\[ +OK +\] [A-Za-z]*Module' "$RESULTS/cts.log"; then
+  status=1
+  say "  no kernel-module test ran (did the CTS find the images?)"
 fi
 
 # ---- 3. measurements ----------------------------------------------------------------------------

@@ -72,6 +72,15 @@ extern tsr_status (*const stream_busy_wait)(tsr_stream stream, uint64_t microsec
 // gemm.cc: NULL when built without a BLAS library name.
 extern tsr_status (*const gemm_async)(const tsr_gemm_desc* desc, tsr_stream stream);
 
+// module.cc: kernel modules (ABI minor 3); always in the table, UNIMPLEMENTED where
+// module_formats() has no bit for the format.
+tsr_status module_load(int32_t device, int32_t format, const void* image, size_t image_bytes,
+                       const char* name, tsr_module* out_module);
+tsr_status module_unload(tsr_module module);
+tsr_status module_get_function(tsr_module module, const char* name, tsr_function* out_function);
+tsr_status launch(tsr_stream stream, tsr_function function, const tsr_launch_config* config,
+                  const tsr_kernel_arg* args, size_t arg_count);
+
 // collectives.cc: the sub-table when the collective library loads, else NULL. Loads it once.
 const tsr_collectives_api_v1* collectives();
 

@@ -25,6 +25,11 @@
 #     [BLAS_PREFIX <p>]         its symbol prefix (cublas: cublasGemmEx)
 #     [CCL_LIBRARY <soname>]    collective library ("" leaves the collectives sub-table NULL)
 #     [CCL_PREFIX <p>]          its symbol prefix (nccl: ncclAllReduce)
+#     [MODULE_FORMATS <list>]   the tsr_module_format names module_load takes, without TSR_MODULE_
+#                               (default CUDA_CUBIN;CUDA_PTX; HIP: HIP_CODE_OBJ; the fake driver
+#                               of tests/cuda_shim: HOST_ELF). The module calls come from the
+#                               driver library (DRIVER_PREFIX) or the runtime header
+#                               (TSR_RT_MODULE_CALLS); without them devices report no formats
 #     [TEST_ONLY]               not installed, not listed as built; written to OUTPUT_DIRECTORY
 #     [OUTPUT_DIRECTORY <dir>])
 #
@@ -34,7 +39,7 @@ include_guard(GLOBAL)
 function(tessera_add_cuda_like_backend name)
   cmake_parse_arguments(ARG "TEST_ONLY"
     "PREFIX;HEADER;KERNELS;IPC;VENDOR;NVIDIA_TABLES;DRIVER_LIBRARY;DRIVER_PREFIX;BLAS_PREFIX;CCL_LIBRARY;CCL_PREFIX;OUTPUT_DIRECTORY"
-    "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES;KERNEL_OBJECTS" ${ARGN})
+    "LIBRARY;INCLUDE_DIRS;BLAS_LIBRARIES;ARCHITECTURES;KERNEL_OBJECTS;MODULE_FORMATS" ${ARGN})
   foreach(required PREFIX HEADER LIBRARY)
     if(NOT ARG_${required})
       message(FATAL_ERROR "tessera_add_cuda_like_backend(${name}): ${required} is required")
@@ -65,11 +70,25 @@ function(tessera_add_cuda_like_backend name)
   if(NOT ARG_CCL_PREFIX)
     set(ARG_CCL_PREFIX nccl)
   endif()
+  if(NOT DEFINED ARG_MODULE_FORMATS)
+    set(ARG_MODULE_FORMATS CUDA_CUBIN CUDA_PTX)
+  endif()
+  # As tsr_module_format in backend_abi.h.
+  set(module_format_bits 0)
+  set(known_formats HOST_ELF CUDA_CUBIN CUDA_PTX HIP_CODE_OBJ SPIRV)
+  foreach(format IN LISTS ARG_MODULE_FORMATS)
+    list(FIND known_formats ${format} index)
+    if(index LESS 0)
+      message(FATAL_ERROR "tessera_add_cuda_like_backend(${name}): MODULE_FORMATS: unknown "
+                          "format ${format} (HOST_ELF, CUDA_CUBIN, CUDA_PTX, HIP_CODE_OBJ, SPIRV)")
+    endif()
+    math(EXPR module_format_bits "${module_format_bits} | (1 << (${index} + 1))")
+  endforeach()
 
   set(dir ${PROJECT_SOURCE_DIR}/backends/cuda)
   set(sources ${dir}/collectives.cc ${dir}/compute.cc ${dir}/devices.cc ${dir}/entry.cc
               ${dir}/errors.cc ${dir}/event.cc ${dir}/gemm.cc ${dir}/host_signal.cc ${dir}/ipc.cc
-              ${dir}/memory.cc
+              ${dir}/memory.cc ${dir}/module.cc
               ${dir}/state.cc ${dir}/stream.cc ${dir}/transfer.cc)
   if(ARG_KERNELS)
     list(APPEND sources ${dir}/reduce.cu ${dir}/cast.cu ${dir}/busy_wait.cu)
@@ -117,7 +136,8 @@ function(tessera_add_cuda_like_backend name)
     TESSERA_CUDA_BLAS_LIBRARIES="${blas_list}"
     TESSERA_CUDA_BLAS_PREFIX="${ARG_BLAS_PREFIX}"
     TESSERA_CUDA_CCL_LIBRARY="${ARG_CCL_LIBRARY}"
-    TESSERA_CUDA_CCL_PREFIX="${ARG_CCL_PREFIX}")
+    TESSERA_CUDA_CCL_PREFIX="${ARG_CCL_PREFIX}"
+    TESSERA_CUDA_MODULE_FORMATS=${module_format_bits}u)
   find_package(Threads REQUIRED)
   target_link_libraries(${target} PRIVATE ${ARG_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS})
   # Only the entry point is exported; a statically linked runtime stays private.

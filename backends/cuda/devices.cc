@@ -59,6 +59,24 @@ int numa_node_of(const char* pci_bus_id) {
   return node < 0 ? -1 : node;
 }
 
+// The launch limits module.cc checks; an attribute the runtime does not answer stays 0 (no check).
+void read_limits(int32_t index, LaunchLimits* limits) {
+  auto read = [index](auto attribute) {
+    int value = 0;
+    if (rtDeviceGetAttribute(&value, attribute, index) != rtSuccess || value < 0) value = 0;
+    return uint32_t(value);
+  };
+  limits->threads_per_block = read(rtDevAttrMaxThreadsPerBlock);
+  limits->block[0] = read(rtDevAttrMaxBlockDimX);
+  limits->block[1] = read(rtDevAttrMaxBlockDimY);
+  limits->block[2] = read(rtDevAttrMaxBlockDimZ);
+  limits->grid[0] = read(rtDevAttrMaxGridDimX);
+  limits->grid[1] = read(rtDevAttrMaxGridDimY);
+  limits->grid[2] = read(rtDevAttrMaxGridDimZ);
+  limits->shared_bytes = read(rtDevAttrMaxSharedMemoryPerBlockOptin);
+  (void)rtGetLastError();
+}
+
 }  // namespace
 
 tsr_status describe_device(int32_t index, DeviceInfo* info) {
@@ -77,6 +95,8 @@ tsr_status describe_device(int32_t index, DeviceInfo* info) {
   (void)rtGetLastError();
   TSR_RT_CHECK(kOp, rtDeviceGetStreamPriorityRange, &info->least_priority,
                &info->greatest_priority);
+
+  read_limits(index, &info->limits);
 
   tsr_device_properties& p = info->properties;
   std::memset(&p, 0, sizeof p);
@@ -134,6 +154,7 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
     tsr_device_properties full = backend->devices[size_t(device)].properties;
     if (gemm_available()) full.capabilities |= TSR_CAP_GEMM;
     if (collectives() != nullptr) full.capabilities |= TSR_CAP_NATIVE_COLLECTIVES;
+    full.module_formats = module_formats();
     for (size_t peer = 0; peer < backend->devices.size(); ++peer) {
       int can = 0;
       if (int32_t(peer) != device && rtDeviceCanAccessPeer(&can, int(peer), device) == rtSuccess &&

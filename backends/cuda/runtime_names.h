@@ -130,6 +130,33 @@
 #ifndef rtDevAttrMemoryClockRate
 #define rtDevAttrMemoryClockRate TSR_RT(DevAttrMemoryClockRate) /* kHz */
 #endif
+/* Launch limits (module.cc checks a launch against them): threads per block, block and grid
+ * dimensions, shared memory per block (the opt-in maximum; a stack without it defines it as
+ * rtDevAttrMaxSharedMemoryPerBlock). */
+#ifndef rtDevAttrMaxThreadsPerBlock
+#define rtDevAttrMaxThreadsPerBlock TSR_RT(DevAttrMaxThreadsPerBlock)
+#endif
+#ifndef rtDevAttrMaxBlockDimX
+#define rtDevAttrMaxBlockDimX TSR_RT(DevAttrMaxBlockDimX)
+#endif
+#ifndef rtDevAttrMaxBlockDimY
+#define rtDevAttrMaxBlockDimY TSR_RT(DevAttrMaxBlockDimY)
+#endif
+#ifndef rtDevAttrMaxBlockDimZ
+#define rtDevAttrMaxBlockDimZ TSR_RT(DevAttrMaxBlockDimZ)
+#endif
+#ifndef rtDevAttrMaxGridDimX
+#define rtDevAttrMaxGridDimX TSR_RT(DevAttrMaxGridDimX)
+#endif
+#ifndef rtDevAttrMaxGridDimY
+#define rtDevAttrMaxGridDimY TSR_RT(DevAttrMaxGridDimY)
+#endif
+#ifndef rtDevAttrMaxGridDimZ
+#define rtDevAttrMaxGridDimZ TSR_RT(DevAttrMaxGridDimZ)
+#endif
+#ifndef rtDevAttrMaxSharedMemoryPerBlockOptin
+#define rtDevAttrMaxSharedMemoryPerBlockOptin TSR_RT(DevAttrMaxSharedMemoryPerBlockOptin)
+#endif
 
 /* ---- functions ---------------------------------------------------------------------------- */
 #ifndef rtGetErrorName
@@ -268,5 +295,24 @@
  *   TSR_RT_CAN_WAIT_VALUE64(device, int* out)   rtError_t; *out = 1 when `device` supports it
  * With neither (no driver library, or a driver without the symbol) the five host-signal entries
  * are NULL. */
+
+/* ---- kernel modules (module.cc) ------------------------------------------------------------
+ * The CUDA runtime has no module API; the driver does. By default the backend resolves from
+ * TESSERA_CUDA_DRIVER_LIBRARY, with the prefix TESSERA_CUDA_DRIVER_PREFIX: <p>ModuleLoadData,
+ * <p>ModuleLoadDataEx (PTX, with the JIT error log), <p>ModuleGetFunction, <p>LaunchKernel,
+ * <p>ModuleUnload, <p>FuncGetAttribute, and, when present, <p>FuncSetAttribute (dynamic shared
+ * memory above the default) and <p>FuncGetParamInfo (argument checks; CUDA 12.4+). Modules live in
+ * the device's primary context, the one the runtime uses. A stack whose runtime has the module
+ * calls itself (HIP: hipModuleLoadData, ...) defines TSR_RT_MODULE_CALLS in its runtime header and
+ * these, all returning the runtime's error as an int (0 success, 500 not found):
+ *   tsr_rt_module_load(void** module, const void* image)
+ *   tsr_rt_module_unload(void* module)
+ *   tsr_rt_module_get_function(void** function, void* module, const char* name)
+ *   tsr_rt_module_launch(void* function, unsigned gx, gy, gz, bx, by, bz, unsigned shared_bytes,
+ *                        rtStream_t stream, void** params)
+ *   tsr_rt_func_get_attribute(int* value, int attribute, void* function)  (CUDA's numbering)
+ * CMake's MODULE_FORMATS (tessera_add_cuda_like_backend) says which tsr_module_format values the
+ * build hands to the module loader: CUBIN and PTX for CUDA, the HIP code object for HIP, the host
+ * format for tests/cuda_shim's fake driver. */
 
 #endif /* TESSERA_BACKENDS_CUDA_RUNTIME_NAMES_H_ */

@@ -119,6 +119,7 @@ void backend_finalize() {
   release_host_signals(backend->signals);  // so that no stream below waits on one forever
   backend->streams.clear();                // ~Stream waits for each stream's work
   backend->events.clear();
+  unload_all_modules(*backend);  // after the streams: no launch of theirs is still running
   destroy_signal_pool(backend->signals);
   gemm_shutdown();
   for (const Allocation& a : backend->memory.take_all()) {

@@ -27,6 +27,8 @@ namespace tessera::cuda {
 inline constexpr uint64_t kStreamTag = 0x5;
 inline constexpr uint64_t kEventTag = 0xE;
 inline constexpr uint64_t kSignalTag = 0x9;
+inline constexpr uint64_t kModuleTag = 0xA;
+inline constexpr uint64_t kFunctionTag = 0xF;
 
 template <typename T>
 class HandleTable {
@@ -92,11 +94,23 @@ class MemoryRegistry {
 
 // ---- the backend ------------------------------------------------------------------------------
 
+// What a launch may ask of a device (module.cc checks against it); 0 where the runtime did not say.
+struct LaunchLimits {
+  uint32_t threads_per_block = 0;
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t shared_bytes = 0;  // per block, the opt-in maximum where the stack has one
+};
+
 struct DeviceInfo {
   tsr_device_properties properties{};  // filled once at init
   int32_t least_priority = 0;          // the runtime's range: least is 0, greatest negative
   int32_t greatest_priority = 0;
+  LaunchLimits limits;
 };
+
+struct Module;    // module.cc: a loaded image
+struct Function;  // module.cc: a kernel of one
 
 struct SignalPool;  // host_signal.cc: live and retired host signals, their pinned pages
 
@@ -109,6 +123,8 @@ struct Backend {
   // cuMemGetAddressRange from the driver, when it has one: sizes IPC mappings.
   int (*address_range)(unsigned long long* base, size_t* size, unsigned long long ptr) = nullptr;
   SignalPool* signals = nullptr;  // created at init, freed at the last finalize
+  HandleTable<Module> modules{kModuleTag};
+  HandleTable<Function> functions{kFunctionTag};
 };
 
 // The live backend, or NULL before the first init and after the last finalize.
@@ -165,6 +181,10 @@ void destroy_signal_pool(SignalPool* pool);
 bool host_signals_available();
 // host_signal.cc: true while a host-signal wait enqueued on `stream` is not yet satisfied.
 bool waits_on_host_signal(Stream& stream);
+// module.cc: the tsr_module_format bits module_load takes on this machine (0 when the driver or
+// runtime lacks the module calls), and the unloading of every module left at the last finalize.
+uint32_t module_formats();
+void unload_all_modules(Backend& backend);
 
 // ---- template definitions ---------------------------------------------------------------------
 

@@ -23,6 +23,16 @@
 #define rtFreeHost hipHostFree
 #define rtDevAttrClockRate hipDeviceAttributeClockRate
 #define rtDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
+/* Launch limits (backends/cuda/module.cc). HIP's opt-in shared memory attribute is CUDA-only:
+ * the plain per-block maximum is the limit. */
+#define rtDevAttrMaxThreadsPerBlock hipDeviceAttributeMaxThreadsPerBlock
+#define rtDevAttrMaxBlockDimX hipDeviceAttributeMaxBlockDimX
+#define rtDevAttrMaxBlockDimY hipDeviceAttributeMaxBlockDimY
+#define rtDevAttrMaxBlockDimZ hipDeviceAttributeMaxBlockDimZ
+#define rtDevAttrMaxGridDimX hipDeviceAttributeMaxGridDimX
+#define rtDevAttrMaxGridDimY hipDeviceAttributeMaxGridDimY
+#define rtDevAttrMaxGridDimZ hipDeviceAttributeMaxGridDimZ
+#define rtDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeMaxSharedMemoryPerBlock
 /* HIP has no cudaErrorNotPermitted; "not initialised" is the closest FAILED_PRECONDITION. */
 #define rtErrorNotPermitted hipErrorNotInitialized
 
@@ -61,6 +71,30 @@ static inline hipError_t tsr_hip_launch_host_func(hipStream_t stream, hipHostFn_
   hipStreamWaitValue64((stream), (device_ptr), (value), hipStreamWaitValueGte, ~(uint64_t)0)
 #define TSR_RT_CAN_WAIT_VALUE64(device, out) \
   hipDeviceGetAttribute((out), hipDeviceAttributeCanUseStreamWaitValue, (device))
+
+/* Kernel modules (backends/cuda/module.cc): HIP's runtime has the module API itself, so no driver
+ * library is involved. Images are code objects or code object bundles (hipcc --genco); HIP has no
+ * parameter query, so launches are not checked against the kernel's parameters. The function
+ * attributes use CUDA's numbering (HIP_FUNC_ATTRIBUTE_* has the same order). */
+#define TSR_RT_MODULE_CALLS 1
+static inline int tsr_rt_module_load(void** module, const void* image) {
+  return (int)hipModuleLoadData((hipModule_t*)module, image);
+}
+static inline int tsr_rt_module_unload(void* module) {
+  return (int)hipModuleUnload((hipModule_t)module);
+}
+static inline int tsr_rt_module_get_function(void** function, void* module, const char* name) {
+  return (int)hipModuleGetFunction((hipFunction_t*)function, (hipModule_t)module, name);
+}
+static inline int tsr_rt_module_launch(void* function, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes,
+                                       hipStream_t stream, void** params) {
+  return (int)hipModuleLaunchKernel((hipFunction_t)function, gx, gy, gz, bx, by, bz, shared_bytes,
+                                    stream, params, NULL);
+}
+static inline int tsr_rt_func_get_attribute(int* value, int attribute, void* function) {
+  return (int)hipFuncGetAttribute(value, (hipFunction_attribute)attribute, (hipFunction_t)function);
+}
 
 /* hipBLAS's hipblasGemmEx has cublasGemmEx's shape with its own enum values:
  * HIPBLAS_OP_N/T, HIPBLAS_R_32F/64F/16F/16B, compute types as data types (hipBLAS < 6),

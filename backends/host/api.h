@@ -54,6 +54,14 @@ tsr_status host_signal_raise(tsr_host_signal signal, uint64_t value);
 tsr_status host_signal_query(tsr_host_signal signal, uint64_t* out_value);
 tsr_status stream_wait_host_signal(tsr_stream stream, tsr_host_signal signal, uint64_t value);
 
+// module.cc (ABI minor 3)
+tsr_status module_load(int32_t device, int32_t format, const void* image, size_t image_bytes,
+                       const char* name, tsr_module* out_module);
+tsr_status module_unload(tsr_module module);
+tsr_status module_get_function(tsr_module module, const char* name, tsr_function* out_function);
+tsr_status launch(tsr_stream stream, tsr_function function, const tsr_launch_config* config,
+                  const tsr_kernel_arg* args, size_t arg_count);
+
 // ipc.cc
 tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle);
 tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_ptr);

@@ -108,6 +108,7 @@ void Device::describe(tsr_device_properties* out) const {
   // Peak FLOP/s and bandwidth are left 0 ("unknown"): a CPU's figures depend on the ISA and the
   // other tenants of the machine; the planner measures the host through gemm_async instead.
   out->capabilities = host_capabilities(discrete_);
+  out->module_formats = 1u << TSR_MODULE_HOST_ELF;  // module.h
 }
 
 namespace api {

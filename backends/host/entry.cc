@@ -75,6 +75,10 @@ const tsr_backend_api_v1 kApi = [] {
   t.host_signal_raise = &api::host_signal_raise;
   t.host_signal_query = &api::host_signal_query;
   t.stream_wait_host_signal = &api::stream_wait_host_signal;
+  t.module_load = &api::module_load;
+  t.module_unload = &api::module_unload;
+  t.module_get_function = &api::module_get_function;
+  t.launch = &api::launch;
   return t;
 }();
 

@@ -1,7 +1,7 @@
-// Opaque handles for streams, events and host signals. A handle is not a pointer but a 64-bit id
-// that is never reused in the life of the process, with a tag in its low bits: a destroyed handle,
-// a handle of the wrong kind (an event passed as a stream) or a forged value is always detected and
-// reported as TSR_INVALID_ARGUMENT instead of touching freed memory.
+// Opaque handles for streams, events, host signals, modules and kernel functions. A handle is not a
+// pointer but a 64-bit id that is never reused in the life of the process, with a tag in its low
+// bits: a destroyed handle, a handle of the wrong kind (an event passed as a stream) or a forged
+// value is always detected and reported as TSR_INVALID_ARGUMENT instead of touching freed memory.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,8 @@ namespace tessera::host {
 inline constexpr uint64_t kStreamTag = 0x5;
 inline constexpr uint64_t kEventTag = 0xE;
 inline constexpr uint64_t kHostSignalTag = 0x9;
+inline constexpr uint64_t kModuleTag = 0xA;  // 0xC is the CCL's communicators (ccl.cc)
+inline constexpr uint64_t kFunctionTag = 0xF;
 inline constexpr unsigned kTagBits = 4;
 
 // Process-wide, so ids stay unique across finalize/init cycles.

@@ -103,6 +103,8 @@ void backend_finalize() {
   shutdown_streams(*backend);  // runs queued work to completion before memory goes away
   backend->events.clear();
   backend->host_signals.clear();
+  backend->functions.clear();  // the streams are joined: no launch holds a module any more
+  backend->modules.clear();
   backend->callback_thread.reset();  // idle: every stream that used it is joined
   for (const Allocation& allocation : backend->memory.take_all()) {
     release_allocation(*backend, allocation);

@@ -13,6 +13,7 @@
 #include "handles.h"
 #include "host_signal.h"
 #include "memory.h"
+#include "module.h"
 #include "stream.h"
 #include "tessera/hal/backend_abi.h"
 
@@ -28,6 +29,9 @@ struct Backend {
   HandleTable<Stream> streams{kStreamTag};
   HandleTable<Event> events{kEventTag};
   HandleTable<HostSignal> host_signals{kHostSignalTag};
+  // Kernel modules (module.h): a function holds its module, a queued launch its function.
+  HandleTable<Module> modules{kModuleTag};
+  HandleTable<Function> functions{kFunctionTag};
 };
 
 // The live backend, or NULL before the first init and after the last finalize. Thread-safe.

@@ -69,6 +69,12 @@ tsr_status describe_device(const Loader& z, Device& d) {
   d.timer_ns_per_tick = prop.timerResolution ? double(prop.timerResolution) : 1.0;
   d.timestamp_mask =
       prop.kernelTimestampValidBits >= 64 ? ~0ull : ((1ull << prop.kernelTimestampValidBits) - 1);
+  // Launch limits for module_entries.cc; zero (no check) when the driver does not say.
+  d.compute = ze_device_compute_properties_t{};
+  d.compute.stype = ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES;
+  if (z.zeDeviceGetComputeProperties(d.handle, &d.compute) != ZE_RESULT_SUCCESS) {
+    d.compute = ze_device_compute_properties_t{};
+  }
   // The first command queue group that computes (and therefore copies).
   uint32_t groups = 0;
   if (z.zeDeviceGetCommandQueueGroupProperties(d.handle, &groups, nullptr) == ZE_RESULT_SUCCESS) {
@@ -107,6 +113,7 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
                 "device_properties: out is NULL or its struct_size too small");
   }
   tsr_device_properties full = b->devices[size_t(device)].properties;
+  full.module_formats = 1u << TSR_MODULE_SPIRV;  // module_entries.cc
   for (size_t peer = 0; peer < b->devices.size(); ++peer) {
     ze_bool_t can = 0;
     if (int32_t(peer) != device &&

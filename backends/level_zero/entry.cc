@@ -144,6 +144,7 @@ void finalize() {
   for (auto& [id, e] : b->events) destroy_event(e);
   reap_events(*b, true);
   b->kernels.clear();  // kernels and modules, before their contexts go
+  release_user_modules(*b);
   for (auto& [base, a] : b->memory) {
     ze_context_handle_t ctx = b->devices[size_t(a.device < 0 ? 0 : a.device)].context;
     if (a.kind == Kind::kIpc) {
@@ -206,6 +207,10 @@ tsr_backend_api_v1 make_table() {
   t.host_signal_raise = &api::host_signal_raise;
   t.host_signal_query = &api::host_signal_query;
   t.stream_wait_host_signal = &api::stream_wait_host_signal;
+  t.module_load = &api::module_load;  // all four (module_entries.cc)
+  t.module_unload = &api::module_unload;
+  t.module_get_function = &api::module_get_function;
+  t.launch = &api::launch;
 #if TESSERA_ZE_HAVE_KERNELS
   t.reduce_async = &api::reduce_async;
   t.cast_async = &api::cast_async;
@@ -263,6 +268,14 @@ const char* result_name(ze_result_t r) noexcept {
     TSR_ZE_NAME(ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS)
     TSR_ZE_NAME(ZE_RESULT_ERROR_NOT_AVAILABLE)
     TSR_ZE_NAME(ZE_RESULT_ERROR_UNKNOWN)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_MODULE_BUILD_FAILURE)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_MODULE_LINK_FAILURE)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_NATIVE_BINARY)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_KERNEL_NAME)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION)
+    TSR_ZE_NAME(ZE_RESULT_ERROR_INVALID_GLOBAL_WIDTH_DIMENSION)
 #undef TSR_ZE_NAME
     default: return "ZE_RESULT_ERROR (unlisted)";
   }
@@ -278,7 +291,15 @@ tsr_status status_of(ze_result_t r) noexcept {
     case ZE_RESULT_ERROR_INVALID_NULL_HANDLE:
     case ZE_RESULT_ERROR_INVALID_NULL_POINTER:
     case ZE_RESULT_ERROR_INVALID_SIZE:
-    case ZE_RESULT_ERROR_INVALID_ENUMERATION: return TSR_INVALID_ARGUMENT;
+    case ZE_RESULT_ERROR_INVALID_ENUMERATION:
+    case ZE_RESULT_ERROR_MODULE_BUILD_FAILURE:
+    case ZE_RESULT_ERROR_MODULE_LINK_FAILURE:
+    case ZE_RESULT_ERROR_INVALID_NATIVE_BINARY:
+    case ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX:
+    case ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE:
+    case ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION:
+    case ZE_RESULT_ERROR_INVALID_GLOBAL_WIDTH_DIMENSION: return TSR_INVALID_ARGUMENT;
+    case ZE_RESULT_ERROR_INVALID_KERNEL_NAME: return TSR_NOT_FOUND;
     case ZE_RESULT_ERROR_UNSUPPORTED_FEATURE:
     case ZE_RESULT_ERROR_UNSUPPORTED_SIZE:
     case ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT: return TSR_UNIMPLEMENTED;

@@ -64,7 +64,9 @@ namespace tessera::ze {
   X(zeKernelSetArgumentValue) \
   X(zeKernelSetGroupSize) \
   X(zeKernelSuggestGroupSize) \
-  X(zeCommandListAppendLaunchKernel)
+  X(zeCommandListAppendLaunchKernel) \
+  X(zeDeviceGetComputeProperties) \
+  X(zeKernelGetProperties)
 // clang-format on
 
 struct Loader {
@@ -118,6 +120,7 @@ struct Device {
   double timer_ns_per_tick = 1.0;
   uint64_t timestamp_mask = ~0ull;
   tsr_device_properties properties{};
+  ze_device_compute_properties_t compute{};  // launch limits (module_entries.cc)
 };
 
 struct CallbackQueue;  // callback.cc
@@ -157,6 +160,8 @@ struct Allocation {
 };
 
 struct DeviceKernels;  // module.cc
+struct UserModule;     // module_entries.cc: a module loaded through module_load
+struct UserKernel;     // module_entries.cc: a kernel of one
 
 struct Backend {
   void* library = nullptr;
@@ -179,6 +184,9 @@ struct Backend {
   // Kernel modules per device, built on first use (module.cc); guarded by kernels_mutex.
   std::mutex kernels_mutex;
   std::map<int32_t, std::shared_ptr<DeviceKernels>> kernels;
+  // Modules and kernels of module_load / module_get_function, by tagged handle; guarded by mutex.
+  std::unordered_map<uint64_t, std::shared_ptr<UserModule>> user_modules;
+  std::unordered_map<uint64_t, std::shared_ptr<UserKernel>> user_kernels;
 };
 
 Backend* current();
@@ -216,6 +224,8 @@ tsr_status submit(Stream& s, const char* operation, const char* call, Append&& a
   return TSR_OK;
 }
 tsr_status describe_device(const Loader& z, Device& device);  // devices.cc, at init
+// module_entries.cc: destroys every module left (the last finalize, before the contexts).
+void release_user_modules(Backend& backend);
 
 // Entries (backend_abi.h semantics), gathered by entry.cc.
 namespace api {
@@ -258,6 +268,12 @@ tsr_status reduce_async(void* dst, const void* const* srcs, int32_t num_srcs, si
                         tsr_dtype dtype, tsr_reduce_op op, tsr_stream stream);
 tsr_status cast_async(void* dst, tsr_dtype dst_dtype, const void* src, tsr_dtype src_dtype,
                       size_t count, tsr_stream stream);
+tsr_status module_load(int32_t device, int32_t format, const void* image, size_t image_bytes,
+                       const char* name, tsr_module* out_module);
+tsr_status module_unload(tsr_module module);
+tsr_status module_get_function(tsr_module module, const char* name, tsr_function* out_function);
+tsr_status launch(tsr_stream stream, tsr_function function, const tsr_launch_config* config,
+                  const tsr_kernel_arg* args, size_t arg_count);
 }  // namespace api
 
 }  // namespace tessera::ze

@@ -252,6 +252,22 @@ static const tsr_backend_api_v1 kApi = {
     .host_signal_raise = NULL,
     .host_signal_query = NULL,
     .stream_wait_host_signal = NULL,
+    /* Minor 3 (docs/PORTING.md section 4.10). */
+    /* TODO(porter): kernel modules, all four or none (the loader treats a partial set as none),
+     * and set tsr_device_properties.module_formats to the formats module_load takes. The shape
+     * every runtime has:
+     *   CUDA-like   cuModuleLoadData / cuModuleGetFunction / cuLaunchKernel / cuModuleUnload
+     *   Level Zero  zeModuleCreate / zeKernelCreate + zeKernelSetArgumentValue /
+     *               zeCommandListAppendLaunchKernel / zeModuleDestroy
+     *   Ascend      aclrtBinaryLoadFromData / aclrtBinaryGetFunction / aclrtLaunchKernel
+     *   Cambricon   cnModuleLoadFatBinary / cnModuleGetKernel / cnInvokeKernel
+     * launch checks the argument count and sizes where the runtime can tell, and refuses zero
+     * dimensions and blocks beyond the device's limits, naming the kernel, before enqueuing.
+     * Left NULL, list `unsupported Module.*` in the expectations file. */
+    .module_load = NULL,
+    .module_unload = NULL,
+    .module_get_function = NULL,
+    .launch = NULL,
 };
 
 TSR_BACKEND_EXPORT const tsr_backend_api_v1* tessera_backend_get_api_v1(const tsr_host_info* host) {

@@ -22,8 +22,9 @@ struct Context {
   int32_t device_count = 0;
   std::string no_device_reason;  // the backend's reason when device_count is 0
   Expectations expectations;
-  uint64_t seed = 0;     // TESSERA_CTS_SEED or random; printed at start
-  std::string self_exe;  // this program, re-executed as the IPC child
+  uint64_t seed = 0;       // TESSERA_CTS_SEED or random; printed at start
+  std::string self_exe;    // this program, re-executed as the IPC child
+  std::string kernel_dir;  // --kernel-dir: searched first for the module tests' images
 
   std::atomic<int> expected_failures{0};
   std::atomic<int> unsupported{0};

@@ -45,6 +45,10 @@ constexpr OptionalEntry kOptional[] = {
     TSR_CTS_OPTIONAL(host_signal_raise),
     TSR_CTS_OPTIONAL(host_signal_query),
     TSR_CTS_OPTIONAL(stream_wait_host_signal),
+    TSR_CTS_OPTIONAL(module_load),
+    TSR_CTS_OPTIONAL(module_unload),
+    TSR_CTS_OPTIONAL(module_get_function),
+    TSR_CTS_OPTIONAL(launch),
 };
 #undef TSR_CTS_OPTIONAL
 #undef TSR_CTS_STRING

@@ -47,6 +47,9 @@ constexpr char kUsage[] =
     "                        tree; none found means every test must pass)\n"
     "  --options \"k=v;...\"   passed to the backend's init (host: devices=N;memory=BYTES;\n"
     "                        discrete=0|1;callback_threads=0|1)\n"
+    "  --kernel-dir DIR      where the module tests' kernel images are looked for first\n"
+    "                        (then TESSERA_CTS_KERNEL_DIR, the build tree, and\n"
+    "                        <prefix>/share/tessera/cts-kernels)\n"
     "  --devices N           fail unless the backend has at least N devices (default 1)\n"
     "  --allow-no-devices    pass even when init fails or finds no device (device tests skip);\n"
     "                        without it such a run fails, so a CI machine without the driver\n"
@@ -71,6 +74,7 @@ struct Args {
   std::string ipc_child;           // hidden: run as the IPC test's second process
   std::string write_expectations;  // --write-expectations FILE
   std::string devices;             // --devices N as given; "" when not given
+  std::string kernel_dir;          // --kernel-dir DIR
   bool allow_no_devices = false;
   bool list = false;
   bool help = false;
@@ -102,6 +106,7 @@ Args parse_args(int argc, char** argv) {
         take_value(argc, argv, &i, "--expectations", &args.expectations) ||
         take_value(argc, argv, &i, "--options", &args.options) ||
         take_value(argc, argv, &i, "--devices", &args.devices) ||
+        take_value(argc, argv, &i, "--kernel-dir", &args.kernel_dir) ||
         take_value(argc, argv, &i, "--write-expectations", &args.write_expectations) ||
         take_value(argc, argv, &i, "--ipc-child", &args.ipc_child)) {
       continue;
@@ -404,6 +409,7 @@ int run(int argc, char** argv) {
   ctx.backend_arg = args.backend;
   ctx.options = args.options;
   ctx.self_exe = self_exe();
+  ctx.kernel_dir = args.kernel_dir;
   ctx.seed = choose_seed();
 
   auto opened = hal::Backend::open(args.backend, hal::default_search_dirs());

@@ -64,6 +64,22 @@ std::string other_major_symbol(void* handle) {
   return {};
 }
 
+// Kernel modules (minor 3) are one feature in four entries: a partial set cannot be used, so the
+// loader treats it as none and says so once, when the library is opened.
+void drop_partial_module_set(tsr_backend_api_v1& api, const std::string& path) {
+  const bool all = api.module_load && api.module_unload && api.module_get_function && api.launch;
+  if (all) return;
+  if (api.module_load || api.module_unload || api.module_get_function || api.launch) {
+    TSR_LOG(kWarn, "hal") << path << ": provides only some of the four kernel-module entries "
+                          << "(module_load, module_unload, module_get_function, launch); kernel "
+                          << "modules are treated as unsupported";
+  }
+  api.module_load = nullptr;
+  api.module_unload = nullptr;
+  api.module_get_function = nullptr;
+  api.launch = nullptr;
+}
+
 }  // namespace
 
 const std::vector<std::string_view>& required_entry_names() {
@@ -100,7 +116,10 @@ bool is_build_output(const std::string& file, const std::string& build_root) {
   std::error_code ec;
   const auto parent = std::filesystem::weakly_canonical(file, ec).parent_path();
   const auto root = std::filesystem::weakly_canonical(build_root, ec);
-  return parent == root / "bin" || parent == root / "lib";
+  if (parent == root / "bin" || parent == root / "lib") return true;
+  // The Python package's compiled modules (<build>/python/tessera[/torch]) are build outputs too.
+  const auto rel = parent.lexically_relative(root / "python");
+  return !rel.empty() && *rel.begin() != "..";
 }
 
 }  // namespace
@@ -165,70 +184,64 @@ std::vector<std::string> default_search_dirs() {
   return backend_search_dirs(inputs);
 }
 
-Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
-                                               const std::vector<std::string>& search_dirs) {
-  std::string path;
+namespace {
+
+// Backend::open's first phase: the library's path, from a path (containing '/') or a short name
+// looked up in `search_dirs`. NOT_FOUND lists the folders searched.
+Result<std::string> locate_library(std::string_view name_or_path,
+                                   const std::vector<std::string>& search_dirs) {
   if (name_or_path.find('/') != std::string_view::npos) {
-    path = std::string(name_or_path);
+    std::string path(name_or_path);
     if (!std::filesystem::exists(path)) {
       return not_found("backend library '" + path + "' does not exist");
     }
-  } else {
-    std::string file = backend_file_name(name_or_path);
-    std::string searched;
-    for (const auto& dir : search_dirs) {
-      auto candidate = std::filesystem::path(dir) / file;
-      std::error_code ec;
-      if (std::filesystem::exists(candidate, ec)) {
-        path = candidate.string();
-        break;
-      }
-      searched += (searched.empty() ? "" : ":") + dir;
-    }
-    if (path.empty()) {
-      return not_found("backend '" + std::string(name_or_path) + "': " + file + " not found in " +
-                       (searched.empty() ? "(no folders)" : searched) +
-                       " (TESSERA_BACKEND_PATH adds folders)");
-    }
+    return path;
   }
-
-  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
-  if (handle == nullptr) {
-    return unavailable("cannot load backend library " + path + ": " + dlerror_text());
+  const std::string file = backend_file_name(name_or_path);
+  std::string searched;
+  for (const auto& dir : search_dirs) {
+    auto candidate = std::filesystem::path(dir) / file;
+    std::error_code ec;
+    if (std::filesystem::exists(candidate, ec)) return candidate.string();
+    searched += (searched.empty() ? "" : ":") + dir;
   }
-  std::shared_ptr<Backend> backend(new Backend());
-  backend->handle_ = handle;  // closed by ~Backend on every path below
-  backend->path_ = path;
+  return not_found("backend '" + std::string(name_or_path) + "': " + file + " not found in " +
+                   (searched.empty() ? "(no folders)" : searched) +
+                   " (TESSERA_BACKEND_PATH adds folders)");
+}
 
-  auto entry = reinterpret_cast<tsr_get_api_v1_fn>(dlsym(handle, TSR_BACKEND_ENTRY_POINT));
-  if (entry == nullptr) {
-    std::string other = other_major_symbol(handle);
-    if (!other.empty()) {
-      return Status(StatusCode::kVersionMismatch,
-                    path + " exports " + other + " but this Tessera speaks backend ABI major " +
-                        std::to_string(TSR_BACKEND_ABI_MAJOR) + " (" + TSR_BACKEND_ENTRY_POINT +
-                        ")");
-    }
-    return failed_precondition(path + " is not a Tessera backend: symbol " +
-                               TSR_BACKEND_ENTRY_POINT + " missing");
+// *entry: the entry point of this ABI major; VERSION_MISMATCH when the library speaks another
+// one. (An out parameter: a Result of a function pointer trips -Wshadow in Result.)
+Status find_entry_point(void* handle, const std::string& path, tsr_get_api_v1_fn* entry) {
+  *entry = reinterpret_cast<tsr_get_api_v1_fn>(dlsym(handle, TSR_BACKEND_ENTRY_POINT));
+  if (*entry != nullptr) return Status();
+  std::string other = other_major_symbol(handle);
+  if (!other.empty()) {
+    return Status(StatusCode::kVersionMismatch,
+                  path + " exports " + other + " but this Tessera speaks backend ABI major " +
+                      std::to_string(TSR_BACKEND_ABI_MAJOR) + " (" + TSR_BACKEND_ENTRY_POINT + ")");
   }
+  return failed_precondition(path + " is not a Tessera backend: symbol " + TSR_BACKEND_ENTRY_POINT +
+                             " missing");
+}
 
-  // The backend keeps the log user data for as long as it stays loaded (forever: see ~Backend),
-  // so each library's name lives here once, however many times it is opened.
+// The name the backend's log lines carry ("tessera-backend-host"). The backend keeps the log user
+// data for as long as it stays loaded (forever: see ~Backend), so each library's name lives here
+// once, however many times it is opened.
+const std::string* interned_log_name(const std::string& path) {
   static std::mutex names_mutex;
   static std::vector<std::unique_ptr<std::string>> log_names;
-  const std::string* log_name = nullptr;
-  {
-    std::string name = std::filesystem::path(path).stem().string().substr(std::strlen("lib"));
-    std::lock_guard<std::mutex> lock(names_mutex);
-    for (const auto& known : log_names) {
-      if (*known == name) log_name = known.get();
-    }
-    if (log_name == nullptr) {
-      log_names.push_back(std::make_unique<std::string>(std::move(name)));
-      log_name = log_names.back().get();
-    }
+  std::string name = std::filesystem::path(path).stem().string().substr(std::strlen("lib"));
+  std::lock_guard<std::mutex> lock(names_mutex);
+  for (const auto& known : log_names) {
+    if (*known == name) return known.get();
   }
+  log_names.push_back(std::make_unique<std::string>(std::move(name)));
+  return log_names.back().get();
+}
+
+// What the loader tells the backend about itself: its ABI and where the backend logs.
+tsr_host_info host_info(const std::string* log_name) {
   tsr_host_info host{};
   host.struct_size = sizeof(host);
   host.abi_major = TSR_BACKEND_ABI_MAJOR;
@@ -236,8 +249,11 @@ Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
   host.log = &log_from_backend;
   host.log_user_data = const_cast<std::string*>(log_name);
   host.log_level = static_cast<int32_t>(log::threshold());
+  return host;
+}
 
-  const tsr_backend_api_v1* table = entry(&host);
+// The table the entry point returned: present, of this major, at least as large as its header.
+Status check_table_header(const tsr_backend_api_v1* table, const std::string& path) {
   if (table == nullptr) {
     return failed_precondition(path + ": " + TSR_BACKEND_ENTRY_POINT + " returned no table");
   }
@@ -252,33 +268,69 @@ Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
                                " is smaller than its header (" + std::to_string(kHeaderEnd) +
                                " bytes)");
   }
+  return Status();
+}
+
+// Every [required] entry within the backend's struct_size and not NULL; the first missing one
+// named.
+Status check_required_entries(const tsr_backend_api_v1& api, size_t struct_size,
+                              const std::string& path) {
+  for (const auto& required : kRequired) {
+    if (struct_size < required.end || !required.present(api)) {
+      return failed_precondition(path + ": required entry '" + std::string(required.name) +
+                                 "' is " +
+                                 (struct_size < required.end ? "beyond struct_size" : "NULL"));
+    }
+  }
+  return Status();
+}
+
+// A feature made of several entries is usable only whole: a backend providing some of them is
+// treated as providing none (said once, when the library is opened), so callers test one entry.
+template <typename... Entry>
+void keep_whole_feature(tsr_backend_api_v1& api, const std::string& path, const char* feature,
+                        Entry tsr_backend_api_v1::*... entries) {
+  const size_t present = (size_t(api.*entries != nullptr) + ...);
+  if (present == sizeof...(entries)) return;
+  if (present > 0) {
+    TSR_LOG(kWarn, "hal") << path << ": provides only some of the " << sizeof...(entries)
+                          << " entries of " << feature << "; " << feature
+                          << " are treated as unsupported";
+  }
+  ((api.*entries = nullptr), ...);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> Backend::open(std::string_view name_or_path,
+                                               const std::vector<std::string>& search_dirs) {
+  TSR_ASSIGN_OR_RETURN(const std::string path, locate_library(name_or_path, search_dirs));
+  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return unavailable("cannot load backend library " + path + ": " + dlerror_text());
+  }
+  std::shared_ptr<Backend> backend(new Backend());
+  backend->handle_ = handle;  // closed by ~Backend on every path below
+  backend->path_ = path;
+
+  tsr_get_api_v1_fn entry = nullptr;
+  TSR_RETURN_IF_ERROR(find_entry_point(handle, path, &entry));
+  const std::string* log_name = interned_log_name(path);
+  const tsr_host_info host = host_info(log_name);
+  const tsr_backend_api_v1* table = entry(&host);
+  TSR_RETURN_IF_ERROR(check_table_header(table, path));
   // Copy what the backend has; what it lacks (an older minor) stays zero, i.e. absent.
   std::memcpy(&backend->api_, table, std::min(table->struct_size, sizeof(tsr_backend_api_v1)));
   backend->api_.struct_size = sizeof(tsr_backend_api_v1);
   backend->reported_struct_size_ = table->struct_size;
   backend->reported_abi_minor_ = table->abi_minor;
-  for (const auto& required : kRequired) {
-    if (table->struct_size < required.end || !required.present(backend->api_)) {
-      return failed_precondition(
-          path + ": required entry '" + std::string(required.name) + "' is " +
-          (table->struct_size < required.end ? "beyond struct_size" : "NULL"));
-    }
-  }
-  // Host signals are one feature in five entries: a partial set cannot be used, so it is none.
+  TSR_RETURN_IF_ERROR(check_required_entries(backend->api_, table->struct_size, path));
   auto& api = backend->api_;
-  if (!api.host_signal_create || !api.host_signal_destroy || !api.host_signal_raise ||
-      !api.host_signal_query || !api.stream_wait_host_signal) {
-    if (api.host_signal_create || api.host_signal_destroy || api.host_signal_raise ||
-        api.host_signal_query || api.stream_wait_host_signal) {
-      TSR_LOG(kWarn, "hal") << path << ": provides only some of the five host-signal entries; "
-                            << "host signals are treated as unsupported";
-    }
-    api.host_signal_create = nullptr;
-    api.host_signal_destroy = nullptr;
-    api.host_signal_raise = nullptr;
-    api.host_signal_query = nullptr;
-    api.stream_wait_host_signal = nullptr;
-  }
+  keep_whole_feature(api, path, "host signals", &tsr_backend_api_v1::host_signal_create,
+                     &tsr_backend_api_v1::host_signal_destroy,
+                     &tsr_backend_api_v1::host_signal_raise, &tsr_backend_api_v1::host_signal_query,
+                     &tsr_backend_api_v1::stream_wait_host_signal);
+  drop_partial_module_set(api, path);
   backend->name_ = (table->name && table->name[0]) ? table->name : *log_name;
   TSR_LOG(kDebug, "hal") << "opened backend " << backend->name_ << " from " << path << " (ABI "
                          << table->abi_major << "." << table->abi_minor << ", table "

@@ -4,6 +4,14 @@
 
 namespace tessera::hal {
 
+Result<Device> Device::query(std::shared_ptr<Backend> backend, int32_t index) {
+  tsr_device_properties props{};
+  props.struct_size = sizeof(props);
+  TSR_RETURN_IF_ERROR(backend->check(backend->api().device_properties(index, &props),
+                                     "device_properties of device " + std::to_string(index)));
+  return Device(std::move(backend), index, props);
+}
+
 Result<DeviceBuffer> Device::allocate(size_t bytes) const {
   void* ptr = nullptr;
   TSR_RETURN_IF_ERROR(backend_->check(backend_->api().device_malloc(index_, bytes, &ptr),
@@ -26,11 +34,7 @@ Result<Stream> Device::create_stream(int32_t priority) const {
 }
 
 Result<Event> Device::create_event(bool timing) const {
-  tsr_event event = nullptr;
-  uint32_t flags = timing ? 0u : TSR_EVENT_DISABLE_TIMING;
-  TSR_RETURN_IF_ERROR(backend_->check(backend_->api().event_create(index_, flags, &event),
-                                      "event_create on device " + std::to_string(index_)));
-  return Event(backend_, event);
+  return Event::create(backend_, index_, timing);
 }
 
 Result<MemoryInfo> Device::memory_info() const {
@@ -46,12 +50,8 @@ Result<std::shared_ptr<Platform>> Platform::create(const PlatformOptions& option
   for (const auto& record : platform->registry_->records()) {
     if (record.state != BackendState::kEnabled) continue;
     for (int32_t i = 0; i < record.device_count; ++i) {
-      tsr_device_properties props{};
-      props.struct_size = sizeof(props);
-      Status status = record.backend->check(record.backend->api().device_properties(i, &props),
-                                            "device_properties of device " + std::to_string(i));
-      if (!status.ok()) return status;
-      platform->devices_.emplace_back(record.backend, i, props);
+      TSR_ASSIGN_OR_RETURN(Device device, Device::query(record.backend, i));
+      platform->devices_.push_back(std::move(device));
     }
   }
   return platform;

@@ -24,6 +24,14 @@ void Event::reset() {
   event_ = nullptr;
 }
 
+Result<Event> Event::create(std::shared_ptr<Backend> backend, int32_t device, bool timing) {
+  tsr_event event = nullptr;
+  const uint32_t flags = timing ? 0u : TSR_EVENT_DISABLE_TIMING;
+  TSR_RETURN_IF_ERROR(backend->check(backend->api().event_create(device, flags, &event),
+                                     "event_create on device " + std::to_string(device)));
+  return Event(std::move(backend), event);
+}
+
 Status Event::record(const Stream& stream) {
   return backend_->check(backend_->api().event_record(event_, stream.handle()), "event_record");
 }
@@ -69,6 +77,14 @@ void Stream::reset() {
   stream_ = nullptr;
 }
 
+Result<Event> Stream::create_event(bool timing) const {
+  if (stream_ == nullptr) {
+    return failed_precondition(
+        "create_event on an empty (default-constructed or moved-from) stream");
+  }
+  return Event::create(backend_, device_, timing);
+}
+
 Status Stream::unsupported(const char* entry) const {
   return unimplemented(backend_->name() + " does not support " + entry + " (NULL in its table)");
 }
@@ -110,6 +126,22 @@ Status Stream::gemm(const tsr_gemm_desc& desc) const {
   const auto& api = backend_->api();
   if (api.gemm_async == nullptr) return unsupported("gemm_async");
   return backend_->check(api.gemm_async(&desc, stream_), "gemm_async");
+}
+
+Status Stream::launch(const Function& function, const LaunchConfig& config,
+                      std::span<const tsr_kernel_arg> args) const {
+  const auto& api = backend_->api();
+  if (api.launch == nullptr) return unsupported("launch");
+  if (!function) return invalid_argument("launch: the function is empty");
+  if (function.backend() != backend_) {
+    return invalid_argument("launch of kernel '" + function.name() + "': its module '" +
+                            function.module_name() + "' belongs to backend " +
+                            function.backend()->name() + ", the stream to " + backend_->name());
+  }
+  const tsr_launch_config abi_config = config.to_abi();
+  return backend_->check(
+      api.launch(stream_, function.handle(), &abi_config, args.data(), args.size()),
+      "launch of kernel '" + function.name() + "'");
 }
 
 Status Stream::wait(const Event& event) const {

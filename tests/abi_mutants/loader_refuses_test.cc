@@ -91,6 +91,24 @@ TEST(LoaderAbi, LoadsAnOlderMinorWithItsLaterEntriesAbsent) {
   expect_round_trip(backend);
 }
 
+TEST(LoaderAbi, TreatsAPartialSetOfKernelModuleEntriesAsNone) {
+  auto opened = Backend::open(mutant_path("partial_modules"), {});
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  const tsr_backend_api_v1& api = opened.value()->api();
+  // The mutant kept module_load, module_unload and module_get_function but not launch: a module
+  // nobody can launch is no feature, so the loader drops all four (and logs it once).
+  EXPECT_EQ(api.module_load, nullptr);
+  EXPECT_EQ(api.module_unload, nullptr);
+  EXPECT_EQ(api.module_get_function, nullptr);
+  EXPECT_EQ(api.launch, nullptr);
+  EXPECT_NE(api.host_signal_create, nullptr) << "other optional entries are kept";
+  // The unmodified host backend keeps the four.
+  auto host = Backend::open("host", {TESSERA_BUILD_BACKEND_DIR});
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  EXPECT_NE(host.value()->api().module_load, nullptr);
+  EXPECT_NE(host.value()->api().launch, nullptr);
+}
+
 TEST(LoaderAbi, LoadsANewerMinorAndIgnoresEntriesItDoesNotKnow) {
   auto opened = Backend::open(mutant_path("newer_minor"), {});
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();

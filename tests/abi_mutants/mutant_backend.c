@@ -10,6 +10,7 @@
  *                     optional entries after it are absent  -> loads, those entries NULL
  *   NEWER_MINOR       the table inside a larger struct, abi_minor + 1 -> loads normally
  *   INIT_FAILS        init returns TSR_NO_DRIVER, "mutant: driver missing on purpose"
+ *   PARTIAL_MODULES   launch = NULL, the other three module entries kept -> loads, all four NULL
  *
  * Plain C like every backend: it sees backend_abi.h only.
  */
@@ -26,6 +27,7 @@
 #define MUTANT_OLD_MINOR 4
 #define MUTANT_NEWER_MINOR 5
 #define MUTANT_INIT_FAILS 6
+#define MUTANT_PARTIAL_MODULES 7
 
 #ifndef MUTATION
 #error "compile with -DMUTATION=MUTANT_<X>"
@@ -98,6 +100,8 @@ static const tsr_backend_api_v1* build(const tsr_host_info* host) {
   g_host_api = real;
   t->init = failing_init;
   t->last_error = mutant_last_error;
+#elif MUTATION == MUTANT_PARTIAL_MODULES
+  t->launch = NULL;
 #else
 #error "unknown MUTATION"
 #endif

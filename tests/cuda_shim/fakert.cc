@@ -151,6 +151,7 @@ const char* fakertGetErrorName(fakertError_t error) {
     case fakertErrorInvalidResourceHandle: return "fakertErrorInvalidResourceHandle";
     case fakertErrorNotReady: return "fakertErrorNotReady";
     case fakertErrorPeerAccessAlreadyEnabled: return "fakertErrorPeerAccessAlreadyEnabled";
+    case fakertErrorLaunchFailure: return "fakertErrorLaunchFailure";
     case fakertErrorHostMemoryAlreadyRegistered: return "fakertErrorHostMemoryAlreadyRegistered";
     case fakertErrorNotPermitted: return "fakertErrorNotPermitted";
     case fakertErrorNotSupported: return "fakertErrorNotSupported";
@@ -169,6 +170,7 @@ const char* fakertGetErrorString(fakertError_t error) {
     case fakertErrorInvalidResourceHandle: return "invalid resource handle";
     case fakertErrorNotReady: return "device not ready";
     case fakertErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case fakertErrorLaunchFailure: return "unspecified launch failure (a host kernel failed)";
     case fakertErrorHostMemoryAlreadyRegistered: return "host memory already registered";
     case fakertErrorNotPermitted: return "operation not permitted";
     case fakertErrorNotSupported: return "operation not supported by fakert";
@@ -221,6 +223,15 @@ fakertError_t fakertDeviceGetAttribute(int* value, enum fakertDeviceAttr attr, i
   switch (attr) {
     case fakertDevAttrClockRate: *value = 1000000; return fakertSuccess;       // 1 GHz
     case fakertDevAttrMemoryClockRate: *value = 500000; return fakertSuccess;  // 500 MHz
+    case fakertDevAttrMaxThreadsPerBlock: *value = 1024; return fakertSuccess;
+    case fakertDevAttrMaxBlockDimX: *value = 1024; return fakertSuccess;
+    case fakertDevAttrMaxBlockDimY: *value = 1024; return fakertSuccess;
+    case fakertDevAttrMaxBlockDimZ: *value = 64; return fakertSuccess;
+    case fakertDevAttrMaxGridDimX: *value = 0x7fffffff; return fakertSuccess;
+    case fakertDevAttrMaxGridDimY: *value = 65535; return fakertSuccess;
+    case fakertDevAttrMaxGridDimZ: *value = 65535; return fakertSuccess;
+    case fakertDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; return fakertSuccess;
+    case fakertDevAttrMaxSharedMemoryPerBlockOptin: *value = 96 << 10; return fakertSuccess;
   }
   return set_error(fakertErrorInvalidValue);
 }

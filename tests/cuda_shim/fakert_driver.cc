@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -39,6 +40,18 @@ void wait_until_geq(uint64_t* word, uint64_t value) {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(200));
   }
+}
+
+// The driver's text for an image error, with the reason fakert_module.cc recorded for the calling
+// thread's last refusal (a real driver keeps such detail in its JIT log).
+const char* image_error_text(int result) {
+  thread_local char text[640];
+  const char* base = result == FAKECU_ERROR_INVALID_IMAGE
+                         ? "device kernel image is invalid"
+                         : "no kernel image is available for execution on the device";
+  const char* reason = last_module_reason();
+  std::snprintf(text, sizeof text, "%s%s%s", base, *reason ? ": " : "", reason);
+  return text;
 }
 
 }  // namespace
@@ -81,6 +94,11 @@ int fakecuGetErrorName(int result, const char** text) {
     case kInvalidDevice: *text = "CUDA_ERROR_INVALID_DEVICE"; return kSuccess;
     case kInvalidHandle: *text = "CUDA_ERROR_INVALID_HANDLE"; return kSuccess;
     case kNotSupported: *text = "CUDA_ERROR_NOT_SUPPORTED"; return kSuccess;
+    case FAKECU_ERROR_INVALID_IMAGE: *text = "CUDA_ERROR_INVALID_IMAGE"; return kSuccess;
+    case FAKECU_ERROR_NO_BINARY_FOR_GPU: *text = "CUDA_ERROR_NO_BINARY_FOR_GPU"; return kSuccess;
+    case FAKECU_ERROR_INVALID_PTX: *text = "CUDA_ERROR_INVALID_PTX"; return kSuccess;
+    case FAKECU_ERROR_NOT_FOUND: *text = "CUDA_ERROR_NOT_FOUND"; return kSuccess;
+    case FAKECU_ERROR_LAUNCH_FAILED: *text = "CUDA_ERROR_LAUNCH_FAILED"; return kSuccess;
   }
   *text = nullptr;
   return kInvalidValue;
@@ -96,6 +114,11 @@ int fakecuGetErrorString(int result, const char** text) {
     case kNotSupported:
       *text = "operation not supported (FAKERT_NO_STREAM_MEM_OPS=1)";
       return kSuccess;
+    case FAKECU_ERROR_INVALID_IMAGE:
+    case FAKECU_ERROR_NO_BINARY_FOR_GPU: *text = image_error_text(result); return kSuccess;
+    case FAKECU_ERROR_INVALID_PTX: *text = "a PTX JIT compilation failed"; return kSuccess;
+    case FAKECU_ERROR_NOT_FOUND: *text = "named symbol not found"; return kSuccess;
+    case FAKECU_ERROR_LAUNCH_FAILED: *text = "unspecified launch failure"; return kSuccess;
   }
   *text = nullptr;
   return kInvalidValue;

@@ -3,6 +3,7 @@
 // event objects behind fakertStream_t and fakertEvent_t.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -40,6 +41,9 @@ inline constexpr uintptr_t kDeviceWindow = uintptr_t(1) << 60;
 // allocation; NULL when it is not one.
 void* mapped_host_address(uintptr_t device_address, size_t bytes);
 
+// Why the calling thread's last module load was refused (fakert_module.cc); "" when none was.
+const char* last_module_reason();
+
 // A point in a stream's work, completed by the worker when it gets there.
 struct Marker {
   std::mutex mutex;
@@ -72,6 +76,9 @@ struct fakertStream_st {
   size_t pending = 0;  // queued or running
   bool closing = false;
   bool detached = false;  // destroyed while busy: the worker deletes the stream when done
+  // fakertErrorLaunchFailure once a host kernel failed on this stream (fakert_module.cc): sticky,
+  // returned by synchronize and query from then on.
+  std::atomic<int> failure{0};
   std::thread worker;
 
   fakertStream_st() {

@@ -29,6 +29,7 @@ typedef enum fakertError {
   fakertErrorInvalidResourceHandle = 400,
   fakertErrorNotReady = 600,
   fakertErrorPeerAccessAlreadyEnabled = 704,
+  fakertErrorLaunchFailure = 719,
   fakertErrorHostMemoryAlreadyRegistered = 712,
   fakertErrorNotPermitted = 800,
   fakertErrorNotSupported = 801
@@ -62,7 +63,21 @@ typedef struct fakertIpcMemHandle_st {
 } fakertIpcMemHandle_t;
 
 enum fakertMemcpyKind { fakertMemcpyDefault = 4 };
-enum fakertDeviceAttr { fakertDevAttrClockRate = 13, fakertDevAttrMemoryClockRate = 36 };
+/* CUDA's numbers. The limits: 1024 threads per block, blocks up to (1024, 1024, 64), grids up to
+ * (2^31 - 1, 65535, 65535), 48 KiB of shared memory per block (96 KiB with the opt-in). */
+enum fakertDeviceAttr {
+  fakertDevAttrMaxThreadsPerBlock = 1,
+  fakertDevAttrMaxBlockDimX = 2,
+  fakertDevAttrMaxBlockDimY = 3,
+  fakertDevAttrMaxBlockDimZ = 4,
+  fakertDevAttrMaxGridDimX = 5,
+  fakertDevAttrMaxGridDimY = 6,
+  fakertDevAttrMaxGridDimZ = 7,
+  fakertDevAttrMaxSharedMemoryPerBlock = 8,
+  fakertDevAttrClockRate = 13,
+  fakertDevAttrMemoryClockRate = 36,
+  fakertDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
 #define fakertStreamNonBlocking 0x01
 #define fakertEventDefault 0x00
 #define fakertEventDisableTiming 0x02
@@ -109,7 +124,8 @@ fakertError_t fakertStreamSynchronize(fakertStream_t stream);
 fakertError_t fakertStreamQuery(fakertStream_t stream);
 fakertError_t fakertStreamWaitEvent(fakertStream_t stream, fakertEvent_t event, unsigned int flags);
 fakertError_t fakertLaunchHostFunc(fakertStream_t stream, fakertHostFn_t fn, void* user_data);
-/* flags must be 0. Fake streams never fail, so the callback always gets fakertSuccess. */
+/* flags must be 0. The callback gets fakertSuccess, or fakertErrorLaunchFailure once a host
+ * kernel failed on the stream (fakert_module.cc). */
 fakertError_t fakertStreamAddCallback(fakertStream_t stream, fakertStreamCallback_t callback,
                                       void* user_data, unsigned int flags);
 
@@ -137,6 +153,43 @@ int fakecuDeviceGet(int* device, int ordinal);
 int fakecuDeviceGetAttribute(int* value, int attribute, int device);
 int fakecuGetErrorName(int result, const char** text);
 int fakecuGetErrorString(int result, const char** text);
+
+/* ---- the fake driver's modules (fakert_module.cc) --------------------------------------------
+ * cuModuleLoadData and friends for the CUDA backend's module entries (backends/cuda/module.cc).
+ * The fake has no GPU, so the only image it runs is the host format of backend_abi.h: an ELF
+ * shared object for this CPU exporting tessera_host_module_v1, loaded from memory (memfd +
+ * dlopen); a launch runs the kernel once per block, in order, on the stream's worker thread.
+ * cuFuncGetParamInfo answers from the kernel's argument sizes. A cubin, a fatbin or PTX is refused
+ * (FAKECU_ERROR_NO_BINARY_FOR_GPU, FAKECU_ERROR_INVALID_PTX with the reason in the JIT error log)
+ * saying that the fake runtime has no GPU; the error string of an image error carries the calling
+ * thread's last reason (the loader's message, the image's kind). A host kernel that returns
+ * non-zero fails its stream, stickily: from then on fakertStreamSynchronize and fakertStreamQuery
+ * on it return fakertErrorLaunchFailure (719, CUDA's number) and its stream callbacks receive that
+ * status; the kernel's message goes to stderr. */
+#define FAKECU_ERROR_INVALID_IMAGE 200
+#define FAKECU_ERROR_NO_BINARY_FOR_GPU 209
+#define FAKECU_ERROR_INVALID_PTX 218
+#define FAKECU_ERROR_NOT_FOUND 500
+#define FAKECU_ERROR_LAUNCH_FAILED 719
+#define FAKECU_JIT_ERROR_LOG_BUFFER 5
+#define FAKECU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
+#define FAKECU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK 0
+#define FAKECU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1
+#define FAKECU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+typedef struct fakecuModule_st* fakecuModule;
+typedef struct fakecuFunction_st* fakecuFunction;
+int fakecuModuleLoadData(fakecuModule* module, const void* image);
+int fakecuModuleLoadDataEx(fakecuModule* module, const void* image, unsigned int num_options,
+                           int* options, void** option_values);
+int fakecuModuleUnload(fakecuModule module);
+int fakecuModuleGetFunction(fakecuFunction* function, fakecuModule module, const char* name);
+int fakecuFuncGetAttribute(int* value, int attribute, fakecuFunction function);
+int fakecuFuncSetAttribute(fakecuFunction function, int attribute, int value);
+int fakecuFuncGetParamInfo(fakecuFunction function, size_t index, size_t* offset, size_t* size);
+int fakecuLaunchKernel(fakecuFunction function, unsigned int grid_x, unsigned int grid_y,
+                       unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                       unsigned int block_z, unsigned int shared_bytes, fakertStream_t stream,
+                       void** params, void** extra);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -63,12 +63,15 @@ fakertError_t fakertStreamSynchronize(fakertStream_t stream) {
     return fakertSuccess;
   }
   stream->synchronize();
+  if (int failure = stream->failure.load()) return set_error(fakertError_t(failure));
   return fakertSuccess;
 }
 
 fakertError_t fakertStreamQuery(fakertStream_t stream) {
   if (stream == nullptr) return fakertSuccess;
-  return stream->idle() ? fakertSuccess : fakertErrorNotReady;
+  if (!stream->idle()) return fakertErrorNotReady;
+  if (int failure = stream->failure.load()) return set_error(fakertError_t(failure));
+  return fakertSuccess;
 }
 
 fakertError_t fakertStreamWaitEvent(fakertStream_t stream, fakertEvent_t event, unsigned int) {
@@ -86,8 +89,10 @@ fakertError_t fakertLaunchHostFunc(fakertStream_t stream, fakertHostFn_t fn, voi
 fakertError_t fakertStreamAddCallback(fakertStream_t stream, fakertStreamCallback_t callback,
                                       void* user_data, unsigned int flags) {
   if (callback == nullptr || flags != 0) return set_error(fakertErrorInvalidValue);
-  return submit(stream,
-                [stream, callback, user_data] { callback(stream, fakertSuccess, user_data); });
+  return submit(stream, [stream, callback, user_data] {
+    const int failure = stream ? stream->failure.load() : 0;
+    callback(stream, fakertError_t(failure), user_data);
+  });
 }
 
 fakertError_t fakertEventCreateWithFlags(fakertEvent_t* event, unsigned int flags) {

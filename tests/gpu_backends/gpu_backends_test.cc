@@ -1,4 +1,5 @@
-// The HIP and Level Zero backends on a machine without their hardware: they load, init fails
+// The HIP and Level Zero backends (and, for the kernel-module entries, CUDA) on a machine without
+// their hardware: they load, init fails
 // with the right class of status and a non-empty reason, the table refuses work cleanly, and any
 // TESSERA_BACKENDS selection that includes them builds a registry without crashing. On a machine
 // with a driver but no device, or with devices, the same assertions hold (they accept the states
@@ -139,6 +140,74 @@ TEST(GpuBackends, TheTableRefusesWorkAfterAFailedInit) {
     // A second failed init is as clean as the first; finalize without init is a no-op.
     EXPECT_EQ(api->init(nullptr), s);
     api->finalize();
+    dlclose(library);
+  }
+}
+
+// Kernel modules (ABI minor 3): CUDA, HIP and Level Zero provide all four entries whether or not a
+// device is present. Without one, every entry refuses with FAILED_PRECONDITION (init failed) and
+// enqueues nothing; with one, each device reports the formats its backend loads.
+TEST(GpuBackends, KernelModuleEntriesArePresentAndRefuseWorkWithoutADevice) {
+  struct Expected {
+    const char* name;
+    bool built;
+    uint32_t formats;  // module_formats of every device when there is one
+  };
+  const Expected backends[] = {
+      {"cuda", TESSERA_HAVE_CUDA_BACKEND,
+       (1u << TSR_MODULE_CUDA_CUBIN) | (1u << TSR_MODULE_CUDA_PTX)},
+      {"hip", TESSERA_HAVE_HIP_BACKEND, 1u << TSR_MODULE_HIP_CODE_OBJ},
+      {"level_zero", TESSERA_HAVE_LEVEL_ZERO_BACKEND, 1u << TSR_MODULE_SPIRV},
+  };
+  for (const Expected& e : backends) {
+    if (!e.built) continue;
+    SCOPED_TRACE(e.name);
+    const std::string path =
+        std::string(TESSERA_BUILD_BACKEND_DIR) + "/libtessera-backend-" + e.name + ".so";
+    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(library, nullptr) << dlerror();
+    auto get = reinterpret_cast<tsr_get_api_v1_fn>(dlsym(library, TSR_BACKEND_ENTRY_POINT));
+    ASSERT_NE(get, nullptr);
+    tsr_host_info host{
+        sizeof host, TSR_BACKEND_ABI_MAJOR, TSR_BACKEND_ABI_MINOR, nullptr, nullptr, 0};
+    const tsr_backend_api_v1* api = get(&host);
+    ASSERT_NE(api, nullptr);
+    EXPECT_GE(api->abi_minor, 3u);
+    ASSERT_NE(api->module_load, nullptr);
+    ASSERT_NE(api->module_unload, nullptr);
+    ASSERT_NE(api->module_get_function, nullptr);
+    ASSERT_NE(api->launch, nullptr);
+    if (api->init(nullptr) == TSR_OK) {  // a machine with the hardware
+      for (int32_t d = 0; d < api->device_count(nullptr); ++d) {
+        tsr_device_properties p{};
+        p.struct_size = sizeof p;
+        ASSERT_EQ(api->device_properties(d, &p), TSR_OK) << api->last_error();
+        // CUDA without PTX JIT in the driver reports CUBIN alone.
+        EXPECT_NE(p.module_formats & e.formats, 0u) << "device " << d << ": " << p.module_formats;
+        EXPECT_EQ(p.module_formats & ~e.formats, 0u) << "device " << d << ": " << p.module_formats;
+      }
+      api->finalize();
+      dlclose(library);
+      continue;
+    }
+    const char image[] = "not a kernel image";
+    tsr_module module = nullptr;
+    EXPECT_EQ(api->module_load(0, TSR_MODULE_SPIRV, image, sizeof image, "x", &module),
+              TSR_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(api->last_error()).find("module_load"), std::string::npos)
+        << api->last_error();
+    EXPECT_EQ(module, nullptr);
+    auto* forged_module = reinterpret_cast<tsr_module>(uintptr_t(0x1a));
+    auto* forged_function = reinterpret_cast<tsr_function>(uintptr_t(0x1f));
+    tsr_function function = nullptr;
+    EXPECT_EQ(api->module_get_function(forged_module, "k", &function), TSR_FAILED_PRECONDITION);
+    EXPECT_EQ(api->module_unload(forged_module), TSR_FAILED_PRECONDITION);
+    const tsr_launch_config config{sizeof config, {1, 1, 1}, {1, 1, 1}, 0};
+    auto* forged_stream = reinterpret_cast<tsr_stream>(uintptr_t(0x15));
+    EXPECT_EQ(api->launch(forged_stream, forged_function, &config, nullptr, 0),
+              TSR_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(api->last_error()).find("launch"), std::string::npos)
+        << api->last_error();
     dlclose(library);
   }
 }

@@ -48,6 +48,22 @@ TEST(Platform, FindsDevicesByIdAndExplainsMissingOnes) {
   EXPECT_EQ(platform->device("host:x").status().code(), StatusCode::kInvalidArgument);
 }
 
+// Device::query: the device of a backend and an index without a Platform (a caller's stream).
+TEST(Platform, QueriesADeviceFromItsBackendAndIndex) {
+  auto platform = host_platform("devices=2;discrete=1");
+  const Device& listed = platform->devices().at(1);
+  auto queried = Device::query(listed.backend(), 1);
+  ASSERT_TRUE(queried.ok()) << queried.status().to_string();
+  EXPECT_EQ(queried->id(), "host:1");
+  EXPECT_STREQ(queried->properties().name, listed.properties().name);
+  EXPECT_EQ(queried->properties().capabilities, listed.properties().capabilities);
+  EXPECT_EQ(queried->properties().total_memory, listed.properties().total_memory);
+  auto missing = Device::query(listed.backend(), 7);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("device_properties of device 7"), std::string::npos)
+      << missing.status().message();
+}
+
 TEST(Platform, AllocationBeyondCapacityFailsWithResourceExhausted) {
   auto platform = host_platform("devices=1;memory=1M");
   const Device& device = platform->devices().at(0);

@@ -144,6 +144,39 @@ TEST_F(StreamTest, TimedEventsMeasureANonNegativeInterval) {
   EXPECT_EQ(Event::elapsed_ms(*start, *untimed).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Stream::create_event: the event belongs to the stream's device, so another device's stream
+// can wait on it, and a timed one measures like Device::create_event's.
+TEST_F(StreamTest, AnEventMadeFromAStreamMarksItsWorkForAnotherDevice) {
+  auto producer = device(1).create_stream();
+  auto consumer = device(0).create_stream();
+  ASSERT_TRUE(producer.ok() && consumer.ok());
+  auto start = producer->create_event(/*timing=*/true);
+  auto ready = producer->create_event(/*timing=*/false);
+  ASSERT_TRUE(start.ok() && ready.ok()) << start.status().to_string();
+  auto buffer = std::move(device(1).allocate(1 << 16)).value();
+  std::vector<uint8_t> host(buffer.size(), 0);
+  ASSERT_TRUE(start->record(*producer).ok());
+  ASSERT_TRUE(producer->memset(buffer.data(), 9, buffer.size()).ok());
+  ASSERT_TRUE(ready->record(*producer).ok());
+  ASSERT_TRUE(consumer->wait(*ready).ok());
+  ASSERT_TRUE(consumer->copy(host.data(), buffer.data(), host.size()).ok());
+  ASSERT_TRUE(consumer->synchronize().ok());
+  EXPECT_TRUE(*ready->done());
+  EXPECT_EQ(host.front(), 9);
+  EXPECT_EQ(host.back(), 9);
+  auto ms = Event::elapsed_ms(*start, *ready);
+  EXPECT_EQ(ms.status().code(), StatusCode::kFailedPrecondition) << "ready was made without timing";
+}
+
+TEST_F(StreamTest, AnEmptyStreamMakesNoEvent) {
+  Stream empty;
+  auto event = empty.create_event();
+  ASSERT_FALSE(event.ok());
+  EXPECT_EQ(event.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(event.status().message().find("create_event"), std::string::npos)
+      << event.status().message();
+}
+
 // ---- host signals and callbacks with a message (ABI minor 2) --------------------------------
 
 TEST_F(StreamTest, AHostSignalHoldsTheWorkAfterAWaitUntilRaised) {

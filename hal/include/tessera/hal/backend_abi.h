@@ -52,8 +52,10 @@ extern "C" {
 #endif
 
 #define TSR_BACKEND_ABI_MAJOR 1
-/* Minor 1: stream_busy_wait. Minor 2: callbacks with a message, host signals. */
-#define TSR_BACKEND_ABI_MINOR 2
+/* Minor 1: stream_busy_wait. Minor 2: callbacks with a message, host signals. Minor 3: kernel
+ * modules (module_load, module_get_function, launch, module_unload) and
+ * tsr_device_properties.module_formats. */
+#define TSR_BACKEND_ABI_MINOR 3
 
 /* Name of the entry point for this major version, for dlsym. */
 #define TSR_BACKEND_ENTRY_POINT "tessera_backend_get_api_v1"
@@ -198,6 +200,8 @@ typedef struct tsr_device_properties {
   double peak_flops_bf16;
   double memory_bandwidth; /* bytes/s, datasheet or measured; 0 when unknown */
   uint64_t capabilities;   /* TSR_CAP_* */
+  /* ---- appended in minor 3 ---- */
+  uint32_t module_formats; /* bit (1u << f) set for each tsr_module_format f module_load takes */
 } tsr_device_properties;
 
 /* ============================================================================================== */
@@ -314,6 +318,98 @@ typedef void (*tsr_host_msg_fn)(void* user_data, tsr_status status, const char* 
  * (aclrtStreamWaitEvent on an event recorded by aclrtRecordEvent from a host-side stream).
  * Minor 2. */
 typedef struct tsr_host_signal_s* tsr_host_signal;
+
+/* ============================================================================================== */
+/* Kernel modules (minor 3)                                                                       */
+/* ============================================================================================== */
+
+/* What module_load's image is. The shape every vendor runtime has: CUDA cuModuleLoadData +
+ * cuModuleGetFunction + cuLaunchKernel, HIP hipModuleLoadData + hipModuleLaunchKernel, Level Zero
+ * zeModuleCreate + zeKernelCreate + zeCommandListAppendLaunchKernel, Ascend aclrtBinaryLoad +
+ * aclrtLaunchKernel, Cambricon cnrtInvokeKernel. Values are stable across versions. */
+typedef enum tsr_module_format {
+  TSR_MODULE_HOST_ELF = 1,     /* an ELF shared object for the host CPU exporting
+                                * tessera_host_module_v1 (see tsr_host_module below) */
+  TSR_MODULE_CUDA_CUBIN = 2,   /* a cubin or a fatbin (cuModuleLoadData takes either) */
+  TSR_MODULE_CUDA_PTX = 3,     /* NUL-terminated PTX text, JIT-compiled by the driver */
+  TSR_MODULE_HIP_CODE_OBJ = 4, /* an AMD code object or a HIP fat binary (hipModuleLoadData) */
+  TSR_MODULE_SPIRV = 5,        /* a SPIR-V binary (zeModuleCreate with ZE_MODULE_FORMAT_IL_SPIRV) */
+  TSR_MODULE_FORMAT_COUNT = 6  /* one past the last value; grows when formats are appended */
+} tsr_module_format;
+
+typedef struct tsr_module_s* tsr_module;     /* a loaded image, bound to one device */
+typedef struct tsr_function_s* tsr_function; /* a kernel in a module; lives as long as it */
+
+typedef struct tsr_dim3 {
+  uint32_t x, y, z; /* each >= 1 */
+} tsr_dim3;
+
+typedef struct tsr_launch_config {
+  size_t struct_size;    /* [in] sizeof(tsr_launch_config) */
+  tsr_dim3 grid;         /* blocks per grid */
+  tsr_dim3 block;        /* threads per block */
+  uint32_t shared_bytes; /* dynamic shared (local) memory per block */
+} tsr_launch_config;
+
+/* One kernel argument: `size` bytes at `value`, copied before launch returns (as cuLaunchKernel's
+ * kernelParams are). A device pointer argument is passed by the address of the pointer, with
+ * size sizeof(void*). */
+typedef struct tsr_kernel_arg {
+  const void* value;
+  size_t size;
+} tsr_kernel_arg;
+
+/* ---- the host format (TSR_MODULE_HOST_ELF) ----------------------------------------------------
+ */
+
+/* What a host kernel is called with: once per block, on a thread the backend chooses; blocks of
+ * one launch may run concurrently and in any order (as on a GPU), and the launch completes, in
+ * stream order, when every block has returned. `shared` is `shared_bytes` of scratch private to
+ * the block. args[i] points at the i-th argument's bytes (a device pointer argument: at the
+ * pointer). */
+typedef struct tsr_host_kernel_call {
+  size_t struct_size;
+  tsr_dim3 grid;
+  tsr_dim3 block;
+  tsr_dim3 block_index;
+  void* shared;
+  uint32_t shared_bytes;
+  const void* const* args;
+  size_t arg_count;
+} tsr_host_kernel_call;
+
+/* Returns 0, or a non-zero code that fails the stream (sticky, as any failed enqueued work; the
+ * host backend reports TSR_ABORTED naming the kernel, the module, the block and the code); the
+ * kernel may set `message` (a static string) to say why.
+ *
+ * Device memory as the kernel sees it: where device pointers are not CPU-accessible (the host
+ * backend's discrete mode, TESSERA_HOST_DEVICES=N:discrete), the backend rewrites each argument of
+ * pointer size whose value lies inside one of its device allocations (or IPC mappings) to the
+ * address of the same byte in the view it reaches device memory through. Pointers inside larger
+ * arguments (structs) are not rewritten, as on a GPU, where a kernel sees the device addresses it
+ * was given: pass device pointers as arguments of their own. */
+typedef int (*tsr_host_kernel_fn)(const tsr_host_kernel_call* call, const char** message);
+
+/* One kernel of a host module: its name, entry and the byte size of each argument, which launch
+ * checks (count and sizes) before it enqueues anything. */
+typedef struct tsr_host_kernel_desc {
+  const char* name;
+  tsr_host_kernel_fn fn;
+  size_t arg_count;
+  const size_t* arg_sizes; /* arg_count entries */
+} tsr_host_kernel_desc;
+
+typedef struct tsr_host_module {
+  size_t struct_size;
+  uint32_t abi_major; /* TSR_BACKEND_ABI_MAJOR */
+  size_t kernel_count;
+  const tsr_host_kernel_desc* kernels;
+} tsr_host_module;
+
+/* A host-format image exports this symbol (C linkage); the backend loads the image from memory
+ * (memfd + dlopen), calls it once and keeps the table for the module's lifetime. */
+#define TSR_HOST_MODULE_ENTRY_POINT "tessera_host_module_v1"
+typedef const tsr_host_module* (*tsr_host_module_entry_fn)(void);
 
 typedef struct tsr_backend_api_v1 {
   size_t struct_size;  /* sizeof(tsr_backend_api_v1) as the backend compiled it */
@@ -485,6 +581,32 @@ typedef struct tsr_backend_api_v1 {
    * the signal, on failure too. A backend whose device compares signed 64-bit differences (CUDA,
    * HIP) refuses value > 2^63-1 with TSR_INVALID_ARGUMENT. */
   tsr_status (*stream_wait_host_signal)(tsr_stream stream, tsr_host_signal signal, uint64_t value);
+
+  /* ---- appended in minor 3: kernel modules -------------------------------------------------- */
+
+  /* [optional] A backend provides all four entries or none (the loader treats a partial set as
+   * none). */
+  /* Loads `image` (`image_bytes` bytes, copied before the call returns) of `format` onto `device`.
+   * `name` [optional] names the image in messages (a file name). A format the device does not
+   * take (see tsr_device_properties.module_formats) is TSR_UNIMPLEMENTED; an image the runtime
+   * rejects is TSR_INVALID_ARGUMENT with the runtime's reason (JIT log, dlerror) and the name. */
+  tsr_status (*module_load)(int32_t device, int32_t format, const void* image, size_t image_bytes,
+                            const char* name, tsr_module* out_module);
+  /* Unloads the module; its functions become invalid. Work already enqueued that uses it must
+   * have completed (the caller synchronizes first), as with cuModuleUnload. (The host backend
+   * keeps the image until its queued launches have run, but callers must not rely on that.) */
+  tsr_status (*module_unload)(tsr_module module);
+  /* The kernel called `name`; TSR_NOT_FOUND naming it and the module when there is none. */
+  tsr_status (*module_get_function)(tsr_module module, const char* name,
+                                    tsr_function* out_function);
+  /* Enqueues the kernel on `stream` (a stream of the module's device, else
+   * TSR_INVALID_ARGUMENT). Arguments are checked where the runtime can tell (the host format
+   * always; CUDA from the function's parameter info): a wrong count or size is
+   * TSR_INVALID_ARGUMENT naming the kernel and the argument, and nothing is enqueued. A zero grid
+   * or block dimension, or a block or shared size beyond the device's limit, is
+   * TSR_INVALID_ARGUMENT. */
+  tsr_status (*launch)(tsr_stream stream, tsr_function function, const tsr_launch_config* config,
+                       const tsr_kernel_arg* args, size_t arg_count);
 } tsr_backend_api_v1;
 
 /* The entry point each backend exports. Returns NULL only if the backend cannot serve this host

@@ -30,6 +30,10 @@ class Device {
  public:
   Device(std::shared_ptr<Backend> backend, int32_t index, const tsr_device_properties& props)
       : backend_(std::move(backend)), index_(index), properties_(props) {}
+  // Device `index` of `backend`, its properties queried now (device_properties): for code that
+  // holds a backend and an index but no Platform, such as a caller's stream. The backend's error
+  // (naming the device) when the query fails.
+  static Result<Device> query(std::shared_ptr<Backend> backend, int32_t index);
 
   const std::string& backend_name() const { return backend_->name(); }
   int32_t index() const { return index_; }
@@ -37,6 +41,14 @@ class Device {
   std::string id() const { return backend_name() + ":" + std::to_string(index_); }
   const tsr_device_properties& properties() const { return properties_; }
   bool has(uint64_t capability) const { return (properties_.capabilities & capability) != 0; }
+  // The kernel-module formats module_load takes on this device: bit (1u << tsr_module_format);
+  // module_format_names() (module.h) spells them. 0 without kernel modules.
+  uint32_t module_formats() const {
+    return backend_->api().module_load ? properties_.module_formats : 0;
+  }
+  bool takes_module_format(int32_t format) const {
+    return format > 0 && format < 32 && (module_formats() & (1u << format)) != 0;
+  }
   const std::shared_ptr<Backend>& backend() const { return backend_; }
 
   // Device memory of `bytes` bytes (RESOURCE_EXHAUSTED beyond capacity).

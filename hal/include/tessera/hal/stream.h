@@ -10,6 +10,7 @@
 #include "tessera/common/status.h"
 #include "tessera/hal/backend.h"
 #include "tessera/hal/dtype.h"
+#include "tessera/hal/module.h"
 
 namespace tessera::hal {
 
@@ -20,6 +21,9 @@ class Event {
   Event() = default;
   Event(std::shared_ptr<Backend> backend, tsr_event event)
       : backend_(std::move(backend)), event_(event) {}
+  // A new event of `device` of `backend` (Device::create_event and Stream::create_event); with
+  // `timing`, elapsed_ms can measure it.
+  static Result<Event> create(std::shared_ptr<Backend> backend, int32_t device, bool timing);
   ~Event() { reset(); }
   Event(Event&& other) noexcept { *this = std::move(other); }
   Event& operator=(Event&& other) noexcept;
@@ -87,6 +91,10 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
+  // A new event of this stream's device, for record(*this) and waits on it: code handed a stream
+  // (not a Device) makes its events here. FAILED_PRECONDITION on an empty stream.
+  Result<Event> create_event(bool timing = true) const;
+
   // Copies between any host/pinned/device memory of this backend (direction inferred).
   Status copy(void* dst, const void* src, size_t bytes) const;
   Status memset(void* dst, uint8_t value, size_t bytes) const;
@@ -97,6 +105,19 @@ class Stream {
                 ReduceOp op) const;
   Status cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t count) const;
   Status gemm(const tsr_gemm_desc& desc) const;
+  // Enqueues `function` (a kernel of a module on this stream's device) with `args`, one per
+  // kernel parameter (module.h, kernel_args): the backend copies them before returning.
+  // UNIMPLEMENTED without kernel modules; INVALID_ARGUMENT naming the kernel and the argument for
+  // a wrong count or size, or a bad configuration (nothing is enqueued then). A kernel's failure
+  // surfaces at synchronize().
+  Status launch(const Function& function, const LaunchConfig& config,
+                std::span<const tsr_kernel_arg> args) const;
+  // The same with the arguments given as values: scalars, and device pointers as pointers.
+  template <typename... Args>
+  Status launch(const Function& function, const LaunchConfig& config, const Args&... args) const {
+    const auto abi_args = kernel_args(args...);
+    return launch(function, config, std::span<const tsr_kernel_arg>(abi_args));
+  }
   // Later work waits for `event`.
   Status wait(const Event& event) const;
   // Runs `fn(status)` on a backend thread once earlier work is done. The status carries the
