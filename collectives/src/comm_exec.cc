@@ -116,12 +116,10 @@ MemoryTarget CommImpl::memory_target(const hal::Stream* stream) const {
     t.backend = stream->backend();
     t.device = stream->device();
     t.id = t.backend->name() + ":" + std::to_string(t.device);
-    // No hal::Device for a caller's stream (see stream_event in comm_stream.cc), and the HAL's
-    // only properties query is Platform's enumeration: the one raw ABI call left here.
-    tsr_device_properties props{};
-    props.struct_size = sizeof props;
-    t.host_accessible = t.backend->api().device_properties(t.device, &props) == TSR_OK &&
-                        (props.capabilities & TSR_CAP_HOST_ACCESSIBLE) != 0;
+    // A caller's stream comes without a hal::Device: its properties are queried here. A failed
+    // query counts as not host-accessible (the buffers are then checked as device memory).
+    auto device = hal::Device::query(t.backend, t.device);
+    t.host_accessible = device.ok() && device->has(TSR_CAP_HOST_ACCESSIBLE);
   }
   return t;
 }

@@ -10,10 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <map>
-#include <set>
 #include <sstream>
 
+#include "membership.h"
 #include "tessera/common/env.h"
 #include "tessera/common/log.h"
 #include "transport/ucx_transport.h"
@@ -28,44 +27,6 @@ constexpr uint64_t kDefaultSingleCopyThreshold = 0;
 
 // A word every process can read in its peers, to test single-copy (CMA) access.
 const uint64_t kSingleCopyProbe = 0x7e55e7a;
-
-// A rank's card, published in the bootstrap store, which anyone who reaches the store can read:
-// it holds identifiers, never an address (that would undo ASLR) nor the kernel's boot id.
-struct Card {
-  int world_rank = 0;
-  ProcessIdentity process;  // pid, start time, PID namespace (peer_liveness.h)
-  int64_t color = 0;
-  int64_t key = 0;
-  std::string host;  // host_identity()
-};
-
-std::string encode(const Card& c) {
-  return std::to_string(c.world_rank) + "|" + std::to_string(c.process.pid) + "|" +
-         std::to_string(c.color) + "|" + std::to_string(c.key) + "|" +
-         std::to_string(c.process.start_time) + "|" + c.process.pid_namespace + "|" + c.host;
-}
-
-Result<Card> decode(const std::string& text, size_t from) {
-  Card c;
-  std::istringstream in(text);
-  constexpr int kFields = 7;  // the host (last) may hold '|'
-  std::string field[kFields];
-  for (int i = 0; i < kFields - 1; ++i) std::getline(in, field[i], '|');
-  std::getline(in, field[kFields - 1]);
-  try {
-    c.world_rank = std::stoi(field[0]);
-    c.process.pid = std::stoi(field[1]);
-    c.color = std::stoll(field[2]);
-    c.key = std::stoll(field[3]);
-    c.process.start_time = std::stoull(field[4]);
-    c.process.pid_namespace = field[5];
-  } catch (...) {
-    return internal_error("communicator creation: malformed card from participant " +
-                          std::to_string(from) + ": '" + text + "'");
-  }
-  c.host = field[kFields - 1];
-  return c;
-}
 
 std::string fnv_hex(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -203,13 +164,13 @@ Result<std::unique_ptr<CommImpl>> CommImpl::create(CreateArgs args) {
   mine.color = args.color;
   mine.key = args.key;
   mine.host = host_identity();
-  TSR_ASSIGN_OR_RETURN(std::vector<std::string> cards, args.exchange(encode(mine)));
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> cards, args.exchange(encode_card(mine)));
   // Every participant runs setup() so that the exchanges inside stay in lockstep; non-members
   // just take part and get nullptr.
   std::unique_ptr<CommImpl> impl(new CommImpl());
   int my_index = -1;
   for (size_t i = 0; i < cards.size(); ++i) {
-    if (cards[i] == encode(mine)) my_index = int(i);
+    if (cards[i] == encode_card(mine)) my_index = int(i);
   }
   if (my_index < 0) return internal_error("communicator creation: own card missing");
   TSR_RETURN_IF_ERROR(impl->setup(args, cards, my_index));
@@ -217,8 +178,36 @@ Result<std::unique_ptr<CommImpl>> CommImpl::create(CreateArgs args) {
   return impl;
 }
 
+// The creation after the cards' exchange. Every participant, member or not, runs the same
+// exchanges in the same order (CreateArgs::exchange is an allgather over all of them):
+//   A. shared memory: a barrier after the segment's creation, another after every attach;
+//   B. single copy: every participant's probe result;
+//   C. UCX: the transport's address exchange (or one empty exchange in its place), a barrier;
+//   D. the native route (native_route.cc);
+// then, members only, E. the hierarchy: two splits of the new communicator.
+// A phase that fails on one participant still takes part in its exchanges, so nobody waits.
 Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& raw_cards,
                        int my_index) {
+  TSR_RETURN_IF_ERROR(adopt_options(args));
+  std::vector<Card> cards;
+  for (size_t i = 0; i < raw_cards.size(); ++i) {
+    TSR_ASSIGN_OR_RETURN(Card c, decode_card(raw_cards[i], i));
+    cards.push_back(std::move(c));
+  }
+  TSR_ASSIGN_OR_RETURN(const Membership m, compute_membership(cards, my_index));
+  adopt_membership(m);
+  TSR_RETURN_IF_ERROR(setup_shared_memory(args, m));
+  TSR_RETURN_IF_ERROR(setup_single_copy(args, m));
+  TSR_RETURN_IF_ERROR(setup_ucx(args, m));
+  TSR_RETURN_IF_ERROR(init_native(args, m.members, my_index, m.member));
+  if (!m.member) return Status();
+  watch_local_peers(m);
+  TSR_RETURN_IF_ERROR(setup_tuner_and_hierarchy(m));
+  log_creation();
+  return Status();
+}
+
+Status CommImpl::adopt_options(const CreateArgs& args) {
   uid_ = args.uid;
   bootstrap_ = args.bootstrap;
   device_ = args.device;
@@ -231,79 +220,60 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   chunk_all_ =
       device_ && (device_path_ == DevicePath::kStaged || !device_->has(TSR_CAP_HOST_ACCESSIBLE));
   TSR_ASSIGN_OR_RETURN(stream_callbacks_, env::get_bool("TESSERA_COLL_STREAM_CALLBACKS", false));
-  std::vector<Card> cards;
-  for (size_t i = 0; i < raw_cards.size(); ++i) {
-    TSR_ASSIGN_OR_RETURN(Card c, decode(raw_cards[i], i));
-    cards.push_back(std::move(c));
-  }
-  // Groups: participants with the same non-negative color, ordered by (key, participant index).
-  std::map<int64_t, std::vector<int>> groups;
-  for (size_t i = 0; i < cards.size(); ++i) {
-    if (cards[i].color >= 0) groups[cards[i].color].push_back(int(i));
-  }
-  for (auto& [color, members] : groups) {
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return cards[size_t(a)].key < cards[size_t(b)].key; });
-  }
-  const Card& me = cards[size_t(my_index)];
-  const bool member = me.color >= 0;
-  std::vector<int> members;
-  if (member) members = groups[me.color];
-  size_ = int(members.size());
-  for (int r = 0; r < size_; ++r) {
-    const Card& c = cards[size_t(members[size_t(r)])];
-    if (members[size_t(r)] == my_index) rank_ = r;
-    world_ranks_.push_back(c.world_rank);
-    processes_.push_back(c.process);
-    hosts_.push_back(c.host);
-  }
-  // Hosts in order of first appearance; local ranks.
-  std::vector<std::string> host_names;
-  for (const std::string& h : hosts_) {
-    auto it = std::find(host_names.begin(), host_names.end(), h);
-    host_of_.push_back(int(it - host_names.begin()));
-    if (it == host_names.end()) host_names.push_back(h);
-  }
-  num_hosts_ = std::max<int>(1, int(host_names.size()));
-  std::vector<int> local_ranks;
-  for (int r = 0; r < size_; ++r) {
-    if (member && host_of_[size_t(r)] == host_of_[size_t(rank_)]) local_ranks.push_back(r);
-  }
-  local_size_ = std::max<int>(1, int(local_ranks.size()));
-  local_rank_ =
-      member ? int(std::find(local_ranks.begin(), local_ranks.end(), rank_) - local_ranks.begin())
-             : 0;
+  return Status();
+}
 
-  // Shared memory: the lowest local rank creates the segment; everyone attaches; it unlinks.
-  // Failures still take part in both barriers so nobody waits for them.
+void CommImpl::adopt_membership(const Membership& m) {
+  size_ = m.size();
+  rank_ = m.rank;
+  world_ranks_ = m.world_ranks;
+  processes_ = m.processes;
+  hosts_ = m.hosts;
+  host_of_ = m.host_of;
+  num_hosts_ = m.num_hosts();
+  local_size_ = m.local_size();
+  local_rank_ = m.local_rank;
+}
+
+// One allgather of this participant's status: the first failure anywhere, named by participant
+// and by `what`, fails the phase on every participant alike.
+Status CommImpl::creation_barrier(const CreateArgs& args, const Status& mine, const char* what) {
+  TSR_ASSIGN_OR_RETURN(auto all, args.exchange(mine.ok() ? "" : mine.to_string()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].empty()) {
+      return unavailable(std::string("communicator creation (") + what +
+                         ") failed on participant " + std::to_string(i) + ": " + all[i]);
+    }
+  }
+  return Status();
+}
+
+bool CommImpl::uses_shared_memory(const Membership& m) const {
+  return m.member && m.local_ranks.size() > 1 && !force_ucx_;
+}
+
+// Phase A: the lowest local rank creates the segment; everyone attaches; it unlinks. Failures
+// still take part in both barriers so nobody waits for them.
+Status CommImpl::setup_shared_memory(const CreateArgs& args, const Membership& m) {
   ShmConfig shm;
   // Bounded so that the segment (slots x chunk per pair of local ranks) stays a sane size.
   TSR_ASSIGN_OR_RETURN(const uint64_t chunk,
                        env::get_bytes("TESSERA_SHM_CHUNK", 256 << 10, 8, uint64_t(64) << 20));
   TSR_ASSIGN_OR_RETURN(const int64_t slots, env::get_int("TESSERA_SHM_SLOTS", 8, 2, 1024));
   shm.rank = rank_;
-  shm.local_ranks = local_ranks;
+  shm.local_ranks = m.local_ranks;
   shm.slot_bytes = size_t(chunk);
   shm.slots = int(slots);
-  const bool use_shm = member && local_ranks.size() > 1 && !force_ucx_;
+  const bool use_shm = uses_shared_memory(m);
   if (use_shm) {
     shm.segment_name =
         "/tessera-" + fnv_hex(uid_ + "|" + hosts_[size_t(rank_)] + "|" +
-                              std::to_string(processes_[size_t(local_ranks[0])].pid));
+                              std::to_string(processes_[size_t(m.local_ranks[0])].pid));
   }
-  const bool creator = use_shm && local_ranks[0] == rank_;
-  auto barrier = [&](Status mine, const char* what) -> Status {
-    TSR_ASSIGN_OR_RETURN(auto all, args.exchange(mine.ok() ? "" : mine.to_string()));
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (!all[i].empty()) {
-        return unavailable(std::string("communicator creation (") + what +
-                           ") failed on participant " + std::to_string(i) + ": " + all[i]);
-      }
-    }
-    return Status();
-  };
+  const bool creator = use_shm && m.local_ranks[0] == rank_;
   Status created = creator ? ShmTransport::create_segment(shm) : Status();
-  if (Status all_created = barrier(created, "shared memory segment"); !all_created.ok()) {
+  if (Status all_created = creation_barrier(args, created, "shared memory segment");
+      !all_created.ok()) {
     // Another participant failed (or never came): the segment this rank made must not outlive
     // the attempt.
     if (creator && created.ok()) ShmTransport::unlink_segment(shm);
@@ -318,74 +288,75 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
       attached = t.status();
     }
   }
-  Status all_attached = barrier(attached, "shared memory attach");
+  Status all_attached = creation_barrier(args, attached, "shared memory attach");
   if (creator) ShmTransport::unlink_segment(shm);
-  TSR_RETURN_IF_ERROR(all_attached);
+  return all_attached;
+}
 
-  // Single copy (CMA) for large messages, when every local rank can read the next one's memory.
+// Phase B: single copy (CMA) for large messages, when every local rank can read the next one's
+// memory. Each participant probes its next local rank; one exchange shares the answers.
+Status CommImpl::setup_single_copy(const CreateArgs& args, const Membership& m) {
   TSR_ASSIGN_OR_RETURN(const uint64_t threshold,
                        env::get_bytes("TESSERA_SHM_CMA_THRESHOLD", kDefaultSingleCopyThreshold));
+  const bool wanted = uses_shared_memory(m) && threshold > 0;
   std::string can_read = "no";
-  if (use_shm && threshold > 0) {
-    const Card& next =
-        cards[size_t(members[size_t(local_ranks[(size_t(local_rank_) + 1) % local_ranks.size()])])];
-    const ProcessIdentity& mine_process = processes_[size_t(rank_)];
-    if (next.process.pid_namespace == mine_process.pid_namespace &&
-        can_read_peer_memory(next.process.pid, peer_probe_address(next.process.pid),
-                             &kSingleCopyProbe, sizeof kSingleCopyProbe)) {
+  if (wanted) {
+    const size_t next_local = (size_t(local_rank_) + 1) % m.local_ranks.size();
+    const ProcessIdentity& next = processes_[size_t(m.local_ranks[next_local])];
+    const ProcessIdentity& mine = processes_[size_t(rank_)];
+    if (next.pid_namespace == mine.pid_namespace &&
+        can_read_peer_memory(next.pid, peer_probe_address(next.pid), &kSingleCopyProbe,
+                             sizeof kSingleCopyProbe)) {
       can_read = "yes";
     }
   }
   TSR_ASSIGN_OR_RETURN(auto readable, args.exchange(can_read));
-  bool all_local_can_read = use_shm && threshold > 0;
-  for (int r : local_ranks) {
-    all_local_can_read &= readable[size_t(members[size_t(r)])] == "yes";
+  bool all_local_can_read = wanted;
+  for (int r : m.local_ranks) {
+    all_local_can_read &= readable[size_t(m.members[size_t(r)])] == "yes";
   }
   if (all_local_can_read) shm_->enable_single_copy(size_t(threshold));
+  return Status();
+}
 
-  // UCX: every group that spans hosts (or all groups when forced) creates a transport; the
-  // others still take part in the one exchange it makes.
-  bool any_needs_ucx = false;
-  for (const auto& [color, group] : groups) {
-    std::set<std::string> group_hosts;
-    for (int i : group) group_hosts.insert(cards[size_t(i)].host);
-    if (group.size() > 1 && (group_hosts.size() > 1 || force_ucx_)) any_needs_ucx = true;
-  }
-  const bool need_ucx = member && size_ > 1 && (num_hosts_ > 1 || force_ucx_);
-  if (any_needs_ucx) {
-    int calls = 0;
-    Status ucx_status;
-    if (need_ucx) {
-      UcxTransportConfig config;
-      config.rank = rank_;
-      config.size = size_;
-      config.comm_id = uint32_t(std::hash<std::string>{}(uid_)&0xffff);
-      config.timeout = options_.timeout;
-      config.allgather = [&](std::string_view bytes) -> Result<std::vector<std::string>> {
-        ++calls;
-        TSR_ASSIGN_OR_RETURN(auto all, args.exchange(bytes));
-        std::vector<std::string> out;
-        for (int i : members) out.push_back(all[size_t(i)]);
-        return out;
-      };
-      auto t = create_ucx_transport(config);
-      if (t.ok()) {
-        ucx_ = std::move(t.value());
-      } else {
-        ucx_status = t.status();
-      }
+// Phase C: every group that spans hosts (or all groups when forced) creates a transport; the
+// others still take part in the one exchange it makes, and in the barrier after it.
+Status CommImpl::setup_ucx(const CreateArgs& args, const Membership& m) {
+  const bool any_needs_ucx = force_ucx_ ? m.some_group_has_peers : m.some_group_spans_hosts;
+  if (!any_needs_ucx) return Status();
+  const bool need_ucx = m.member && size_ > 1 && (num_hosts_ > 1 || force_ucx_);
+  int calls = 0;
+  Status ucx_status;
+  if (need_ucx) {
+    UcxTransportConfig config;
+    config.rank = rank_;
+    config.size = size_;
+    config.comm_id = uint32_t(std::hash<std::string>{}(uid_)&0xffff);
+    config.timeout = options_.timeout;
+    config.allgather = [&](std::string_view bytes) -> Result<std::vector<std::string>> {
+      ++calls;
+      TSR_ASSIGN_OR_RETURN(auto all, args.exchange(bytes));
+      std::vector<std::string> out;
+      for (int i : m.members) out.push_back(all[size_t(i)]);
+      return out;
+    };
+    auto t = create_ucx_transport(config);
+    if (t.ok()) {
+      ucx_ = std::move(t.value());
+    } else {
+      ucx_status = t.status();
     }
-    if (calls == 0) TSR_RETURN_IF_ERROR(args.exchange("").status());
-    TSR_RETURN_IF_ERROR(barrier(ucx_status, "UCX transport"));
   }
-  // The native route: collective over every participant, members or not.
-  TSR_RETURN_IF_ERROR(init_native(args, members, my_index, member));
-  if (!member) return Status();
+  if (calls == 0) TSR_RETURN_IF_ERROR(args.exchange("").status());
+  return creation_barrier(args, ucx_status, "UCX transport");
+}
 
-  // Liveness of local peers (a pidfd, or /proc where the kernel has none).
+// Liveness of local peers (a pidfd, or /proc where the kernel has none), and how long the
+// progress loop spins. No exchange.
+void CommImpl::watch_local_peers(const Membership& m) {
   dead_.assign(size_t(size_), false);
   liveness_ = std::make_unique<PeerLiveness>();
-  for (int r : local_ranks) {
+  for (int r : m.local_ranks) {
     if (r != rank_) liveness_->watch(r, processes_[size_t(r)], processes_[size_t(rank_)]);
   }
   // Online CPUs, not this process's affinity: a launcher that binds each rank to one core gives
@@ -394,21 +365,22 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
   spin_limit_ = local_size_ <= cores ? (uint64_t(1) << 17) : 64;
   send_seq_.assign(size_t(size_), 0);
   recv_seq_.assign(size_t(size_), 0);
+}
 
-  // The tuner, from the topology's figures; the hierarchical variant needs the same number of
-  // ranks on every host.
-  std::vector<int> per_host(size_t(num_hosts_), 0);
-  for (int h : host_of_) ++per_host[size_t(h)];
-  const bool uniform =
-      std::all_of(per_host.begin(), per_host.end(), [&](int c) { return c == per_host[0]; });
+// Phase E (members only): the tuner, from the topology's figures; with the hierarchical variant
+// (the same number of ranks on every host), the local and cross sub-communicators, two splits.
+Status CommImpl::setup_tuner_and_hierarchy(const Membership& m) {
   TSR_ASSIGN_OR_RETURN(auto costs, link_costs_from_environment());
-  TSR_ASSIGN_OR_RETURN(
-      tuner_, Tuner::create(size_, num_hosts_, uniform && num_hosts_ > 1 && local_size_ > 1,
-                            costs.first, costs.second, options_.algorithms));
-  if (num_hosts_ > 1 && uniform && local_size_ > 1) {
+  TSR_ASSIGN_OR_RETURN(tuner_, Tuner::create(size_, num_hosts_, m.hierarchical(), costs.first,
+                                             costs.second, options_.algorithms));
+  if (m.hierarchical()) {
     TSR_ASSIGN_OR_RETURN(local_, split(host_of_[size_t(rank_)], rank_));
     TSR_ASSIGN_OR_RETURN(cross_, split(local_rank_, rank_));
   }
+  return Status();
+}
+
+void CommImpl::log_creation() const {
   TSR_LOG(kInfo, "coll") << "communicator " << uid_ << ": rank " << rank_ << " of " << size_ << ", "
                          << num_hosts_ << " host(s), local rank " << local_rank_ << " of "
                          << local_size_ << (shm_ ? ", shared memory" : "")
@@ -419,7 +391,6 @@ Status CommImpl::setup(const CreateArgs& args, const std::vector<std::string>& r
                          << (device_ ? device_->id() : std::string("none")) << " (memory "
                          << memory_mode_name(memory_mode_) << ", device path "
                          << device_path_name(device_path_) << ")";
-  return Status();
 }
 
 CommImpl::~CommImpl() {

@@ -18,6 +18,7 @@
 
 #include "algo/algo.h"
 #include "flight_recorder.h"
+#include "membership.h"
 #include "memory_kind.h"
 #include "native_route.h"
 #include "peer_liveness.h"
@@ -114,6 +115,17 @@ class CommImpl {
  private:
   CommImpl() = default;
   Status setup(const CreateArgs& args, const std::vector<std::string>& cards, int my_index);
+  // setup()'s steps, in order (comm_impl.cc names the exchanges of each).
+  Status adopt_options(const CreateArgs& args);
+  void adopt_membership(const Membership& m);
+  Status setup_shared_memory(const CreateArgs& args, const Membership& m);
+  Status setup_single_copy(const CreateArgs& args, const Membership& m);
+  Status setup_ucx(const CreateArgs& args, const Membership& m);
+  void watch_local_peers(const Membership& m);
+  Status setup_tuner_and_hierarchy(const Membership& m);
+  void log_creation() const;
+  Status creation_barrier(const CreateArgs& args, const Status& mine, const char* what);
+  bool uses_shared_memory(const Membership& m) const;
   // The native route's part of the creation (native_route.cc): collective over the participants.
   Status init_native(const CreateArgs& args, const std::vector<int>& members, int my_index,
                      bool member);

@@ -14,17 +14,11 @@ namespace tessera::coll {
 
 namespace {
 
-// An event (without timing) on the device of `stream`. The HAL creates events only from a
-// hal::Device (Device::create_event), and a stream names its backend and device index but carries
-// no Device: a communicator without a device of its own queues on any caller's stream, and making
-// a Device for it would need the device's properties (one more backend call per operation). So
-// this one ABI call stays raw until the HAL has a stream-side event constructor.
+// An event (without timing) on the device of `stream`, for one of a collective's markers (`what`).
 Result<hal::Event> stream_event(const hal::Stream& stream, const char* what) {
-  const auto& backend = stream.backend();
-  tsr_event e = nullptr;
-  TSR_RETURN_IF_ERROR(backend->check(
-      backend->api().event_create(stream.device(), TSR_EVENT_DISABLE_TIMING, &e), what));
-  return hal::Event(backend, e);
+  auto event = stream.create_event(/*timing=*/false);
+  if (!event.ok()) return event.status().with_context(what);
+  return event;
 }
 
 }  // namespace
@@ -46,9 +40,9 @@ Result<Work> CommImpl::enqueue_signalled(OpDesc d, const hal::Stream& stream) {
   auto state = std::make_shared<WorkState>();
   // Events and the signal first: creating them touches no stream, so failing leaves nothing.
   TSR_ASSIGN_OR_RETURN(state->event,
-                       stream_event(stream, "event_create for a collective's completion"));
+                       stream_event(stream, "the event for a collective's completion"));
   TSR_ASSIGN_OR_RETURN(hal::Event ready,
-                       stream_event(stream, "event_create for a collective's start"));
+                       stream_event(stream, "the event for a collective's start"));
   Task task;
   {
     std::lock_guard lock(queue_mutex_);
@@ -106,7 +100,7 @@ Result<Work> CommImpl::enqueue_with_callback(OpDesc d, const hal::Stream& stream
   auto state = std::make_shared<WorkState>();
   // The event first: its creation touches no stream, so failing there leaves nothing behind.
   TSR_ASSIGN_OR_RETURN(state->event,
-                       stream_event(stream, "event_create for a collective's completion"));
+                       stream_event(stream, "the event for a collective's completion"));
   TSR_RETURN_IF_ERROR(stream.add_callback([state](Status upstream) {
     state->mark_ready(std::move(upstream));
     while (state->wait(std::chrono::milliseconds(50)).code() == StatusCode::kDeadlineExceeded) {

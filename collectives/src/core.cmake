@@ -5,6 +5,7 @@ target_sources(tessera_coll PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/comm_exec.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/flight_recorder.cc
+  ${CMAKE_CURRENT_LIST_DIR}/membership.cc
   ${CMAKE_CURRENT_LIST_DIR}/memory_kind.cc
   ${CMAKE_CURRENT_LIST_DIR}/native_route.cc
   ${CMAKE_CURRENT_LIST_DIR}/staged.cc

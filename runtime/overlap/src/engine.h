@@ -150,6 +150,8 @@ struct GradSync::Impl {
   // makes the call on the communication stream) and keeps its Work for finish().
   Status collective(int index, const std::function<Result<coll::Work>()>& enqueue);
   Status launch_ready_buckets();
+  // A new step from `start`: nothing marked, every bucket waiting for all its parameters.
+  void begin_step(Clock::time_point start);
   Status check_usable() const;
   Status fail_step(Status status, bool abort_comm);
   Status wait_works(std::vector<coll::Work>& works, const std::string& what);

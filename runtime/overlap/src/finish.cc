@@ -48,29 +48,21 @@ void write_trace(GradSync::Impl& m, const StepStats& stats, Clock::time_point ex
   trace.flush();
 }
 
-}  // namespace
-
-Result<StepStats> GradSync::finish() {
-  Impl& m = *impl_;
-  TSR_RETURN_IF_ERROR(m.check_usable());
-  if (m.params.empty()) return StepStats{.step = m.step++};
-  const Clock::time_point entry = Clock::now();
+// finish() refuses to end a step while a parameter is gathered: its gathered copy would go stale
+// under the optimizer.
+Status check_nothing_gathered(const GradSync::Impl& m) {
   for (const Param& p : m.params) {
-    if (p.holds > 0) {  // its gathered copy would go stale under the optimizer
+    if (p.holds > 0) {
       return failed_precondition("finish(): parameter '" + p.name + "' is still gathered (" +
                                  std::to_string(p.holds) + " gather() without release())");
     }
   }
-  if (!m.in_step) {
-    TSR_RETURN_IF_ERROR(m.build());
-    m.in_step = true;
-    m.step_start = entry;
-    m.next_launch = 0;
-    for (auto& p : m.params) p.mark = Mark::kNone;
-    for (auto& b : m.buckets) b.pending = int(b.info.params.size());
-  }
-  StepStats stats;
-  stats.step = m.step;
+  return Status();
+}
+
+// Gradients neither marked ready nor unused: refused (naming the first eight), or marked unused
+// (zero-filled) when the options say so. Counts the unused parameters into `stats`.
+Status settle_unmarked(GradSync::Impl& m, StepStats& stats) {
   std::vector<std::string> unmarked;
   for (auto& p : m.params) {
     if (p.mark == Mark::kNone) unmarked.push_back(p.name);
@@ -95,15 +87,23 @@ Result<StepStats> GradSync::finish() {
     }
     if (p.mark == Mark::kUnused) ++stats.unused_params;
   }
-  TSR_RETURN_IF_ERROR(m.launch_ready_buckets());
-  // When did compute end? The engine's events complete exactly when the gradients were ready.
+  return Status();
+}
+
+// When compute ended: the engine's events complete exactly when the gradients were ready.
+Result<Clock::time_point> wait_for_gradients(GradSync::Impl& m) {
   for (auto& p : m.params) {
     if (p.mark != Mark::kReady) continue;
     if (Status s = p.ready.synchronize(); !s.ok()) {
       return m.fail_step(s.with_context("waiting for the gradient of '" + p.name + "'"), true);
     }
   }
-  const Clock::time_point compute_end = Clock::now();
+  return Clock::now();
+}
+
+// Every bucket's collectives, the communication stream, prefetched gathers and the stream
+// callbacks' errors: the step's communication is over when this returns OK.
+Status wait_for_communication(GradSync::Impl& m) {
   for (size_t i = 0; i < m.buckets.size(); ++i) {
     Bucket& b = m.buckets[i];
     const std::string what = "step " + std::to_string(m.step) + ", bucket " + std::to_string(i) +
@@ -122,11 +122,15 @@ Result<StepStats> GradSync::finish() {
     }
     m.forget_gathered();
   }
-  {
-    std::lock_guard lock(m.callback_mutex);
-    if (!m.callback_error.ok()) return m.fail_step(m.callback_error, true);
-  }
-  const Clock::time_point done = Clock::now();
+  std::lock_guard lock(m.callback_mutex);
+  if (!m.callback_error.ok()) return m.fail_step(m.callback_error, true);
+  return Status();
+}
+
+// The step's bytes and times from its buckets: communication is exposed from when both the
+// trainer called finish() and compute ended, until `done`.
+void account_step(GradSync::Impl& m, StepStats& stats, Clock::time_point exposed_from,
+                  Clock::time_point done) {
   for (Bucket& b : m.buckets) {
     // Steps a bucket did not stamp took no time: encoding (the plain codec), decoding.
     if (b.times.encoded == Clock::time_point{}) b.times.encoded = b.times.started;
@@ -137,13 +141,14 @@ Result<StepStats> GradSync::finish() {
     stats.comm_seconds += seconds(b.times.done - b.times.started);
   }
   stats.buckets = m.buckets.size();
-  const Clock::time_point exposed_from = std::max(entry, compute_end);
   stats.step_seconds = seconds(done - m.step_start);
   stats.exposed_seconds = std::max(0.0, seconds(done - exposed_from));
   stats.overlap_ratio = stats.comm_seconds > 0
                             ? std::clamp(1.0 - stats.exposed_seconds / stats.comm_seconds, 0.0, 1.0)
                             : 1.0;
-  if (m.trace) write_trace(m, stats, exposed_from, done);
+}
+
+void log_step(const GradSync::Impl& m, const StepStats& stats) {
   TSR_LOG(kInfo, "overlap") << "rank " << m.rank() << " step " << stats.step << ": "
                             << stats.buckets << " buckets, " << stats.payload_bytes
                             << " bytes (wire " << stats.wire_bytes << "), step "
@@ -151,6 +156,31 @@ Result<StepStats> GradSync::finish() {
                             << stats.comm_seconds * 1e3 << " ms, exposed "
                             << stats.exposed_seconds * 1e3 << " ms, overlap "
                             << stats.overlap_ratio * 100 << "%";
+}
+
+}  // namespace
+
+Result<StepStats> GradSync::finish() {
+  Impl& m = *impl_;
+  TSR_RETURN_IF_ERROR(m.check_usable());
+  if (m.params.empty()) return StepStats{.step = m.step++};
+  const Clock::time_point entry = Clock::now();
+  TSR_RETURN_IF_ERROR(check_nothing_gathered(m));
+  if (!m.in_step) {  // a step in which nothing was marked
+    TSR_RETURN_IF_ERROR(m.build());
+    m.begin_step(entry);
+  }
+  StepStats stats;
+  stats.step = m.step;
+  TSR_RETURN_IF_ERROR(settle_unmarked(m, stats));
+  TSR_RETURN_IF_ERROR(m.launch_ready_buckets());
+  TSR_ASSIGN_OR_RETURN(const Clock::time_point compute_end, wait_for_gradients(m));
+  TSR_RETURN_IF_ERROR(wait_for_communication(m));
+  const Clock::time_point done = Clock::now();
+  const Clock::time_point exposed_from = std::max(entry, compute_end);
+  account_step(m, stats, exposed_from, done);
+  if (m.trace) write_trace(m, stats, exposed_from, done);
+  log_step(m, stats);
   m.in_step = false;
   ++m.step;
   return stats;

@@ -249,6 +249,17 @@ Status GradSync::Impl::launch_ready_buckets() {
   return Status();
 }
 
+void GradSync::Impl::begin_step(Clock::time_point start) {
+  in_step = true;
+  step_start = start;
+  next_launch = 0;
+  for (auto& p : params) p.mark = Mark::kNone;
+  for (auto& b : buckets) {
+    b.pending = int(b.info.params.size());
+    b.launched = false;
+  }
+}
+
 namespace {
 
 Status begin_mark(GradSync::Impl& m, int param, const char* what) {
@@ -261,16 +272,7 @@ Status begin_mark(GradSync::Impl& m, int param, const char* what) {
     m.failure = s;  // every rank sees the same layout disagreement; retrying cannot help
     return s;
   }
-  if (!m.in_step) {
-    m.in_step = true;
-    m.step_start = Clock::now();
-    m.next_launch = 0;
-    for (auto& p : m.params) p.mark = Mark::kNone;
-    for (auto& b : m.buckets) {
-      b.pending = int(b.info.params.size());
-      b.launched = false;
-    }
-  }
+  if (!m.in_step) m.begin_step(Clock::now());
   const Param& p = m.params[size_t(param)];
   if (p.mark != Mark::kNone) {
     return invalid_argument(std::string(what) + ": parameter '" + p.name + "' (index " +

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <list>
 #include <memory>
 #include <optional>
@@ -96,6 +97,11 @@ class Job {
   Status start_guards();
   void handle_signals();
   void finish();
+  // run()'s phases.
+  void start_ranks();
+  bool all_done();
+  bool enforce_deadlines(Clock::time_point now, Clock::time_point job_deadline);
+  void wait_for_events(Clock::time_point now, Clock::time_point job_deadline);
   Status spawn(int rank);
   void pump(Stream& s);
   void flush(Stream& s);
@@ -194,6 +200,60 @@ Status Job::start_guards() {
   return {};
 }
 
+void close_fds(std::initializer_list<int> fds) {
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// What a forked child needs to become a rank; prepared before fork (the child may only make
+// async-signal-safe calls).
+struct ChildPlan {
+  pid_t launcher = -1;
+  std::optional<cpu_set_t> cpus;
+  bool tag_output = false;
+  int out = -1, err = -1;  // write ends of the output pipes (tag_output)
+  int exec_status = -1;    // write end: a failed execve's errno goes here
+  const char* program = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+};
+
+// The child: only async-signal-safe calls until execve (the store thread is running), and no
+// output: anything it wrote would read as the rank's own.
+[[noreturn]] void become_rank(const ChildPlan& plan) {
+  ::setpgid(0, 0);
+  // A launcher that dies (even by SIGKILL) takes its ranks with it instead of leaving them
+  // running without their store; if it died before prctl took effect, go now.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != plan.launcher) ::_exit(1);
+  if (plan.cpus) sched_setaffinity(0, sizeof *plan.cpus, &*plan.cpus);
+  if (plan.tag_output) {
+    ::dup2(plan.out, 1);
+    ::dup2(plan.err, 2);
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  restore_default_handlers();
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(plan.program, plan.argv, plan.envp);
+  const int error = errno;
+  [[maybe_unused]] ssize_t n = ::write(plan.exec_status, &error, sizeof error);
+  ::_exit(127);
+}
+
+// The child's execve errno from the read end of its exec-status pipe; 0 when it succeeded (the
+// pipe, O_CLOEXEC, closed without a word).
+int read_exec_error(int fd) {
+  int exec_error = 0;
+  ssize_t got;
+  while ((got = ::read(fd, &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
+  }
+  return got == static_cast<ssize_t>(sizeof exec_error) ? exec_error : 0;
+}
+
 Status Job::spawn(int rank) {
   auto env = rank_environment(o_, rank, store_->port(), generation_, base_env_);
   if (!env.ok()) return env.status();
@@ -208,72 +268,45 @@ Status Job::spawn(int rank) {
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (o_.tag_output && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)) {
     const int saved = errno;
-    for (int fd : {out[0], out[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
+    close_fds({out[0], out[1]});
     return internal_error(std::string("pipe: ") + std::strerror(saved));
   }
+  ChildPlan plan;
   // CPU binding, computed before fork.
   cpu_set_t allowed;
-  std::optional<cpu_set_t> cpus;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) cpus = rank_cpus(o_, rank, allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) plan.cpus = rank_cpus(o_, rank, allowed);
   // The child reports a failed execve by writing its errno here; a successful one closes the
   // pipe (O_CLOEXEC), so the launcher reads either 4 bytes or end of file.
   int exec_status[2] = {-1, -1};
   if (::pipe2(exec_status, O_CLOEXEC) != 0) {
     const int saved = errno;
-    for (int fd : {out[0], out[1], err[0], err[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
+    close_fds({out[0], out[1], err[0], err[1]});
     return internal_error(std::string("pipe: ") + std::strerror(saved));
   }
-  const pid_t launcher = ::getpid();
+  plan.launcher = ::getpid();
+  plan.tag_output = o_.tag_output;
+  plan.out = out[1];
+  plan.err = err[1];
+  plan.exec_status = exec_status[1];
+  plan.program = program_.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int saved = errno;
-    for (int fd : {out[0], out[1], err[0], err[1], exec_status[0], exec_status[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
+    close_fds({out[0], out[1], err[0], err[1], exec_status[0], exec_status[1]});
     return internal_error(std::string("fork: ") + std::strerror(saved));
   }
-  if (pid == 0) {
-    // The child: only async-signal-safe calls until execve (the store thread is running), and
-    // no output: anything it wrote would read as the rank's own.
-    ::setpgid(0, 0);
-    // A launcher that dies (even by SIGKILL) takes its ranks with it instead of leaving them
-    // running without their store; if it died before prctl took effect, go now.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != launcher) ::_exit(1);
-    if (cpus) sched_setaffinity(0, sizeof *cpus, &*cpus);
-    if (o_.tag_output) {
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-    }
-    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    restore_default_handlers();
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(program_.c_str(), argv.data(), envp.data());
-    const int error = errno;
-    [[maybe_unused]] ssize_t n = ::write(exec_status[1], &error, sizeof error);
-    ::_exit(127);
-  }
+  if (pid == 0) become_rank(plan);
   ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
   groups_.push_back(pid);
   if (watchdog_) watchdog_->watch(pid);
   ::close(exec_status[1]);
-  int exec_error = 0;
-  ssize_t got;
-  while ((got = ::read(exec_status[0], &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
-  }
+  const int exec_error = read_exec_error(exec_status[0]);
   ::close(exec_status[0]);
-  if (got == static_cast<ssize_t>(sizeof exec_error)) {
+  if (exec_error != 0) {
     // The child exits 127 and is reaped as an unknown pid; its group empties with it.
-    for (int fd : {out[0], out[1], err[0], err[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
+    close_fds({out[0], out[1], err[0], err[1]});
     return failed_precondition(describe_exec_failure(program_, exec_error));
   }
   ranks_[static_cast<size_t>(rank)].pid = pid;
@@ -505,8 +538,8 @@ void Job::finish() {
   reap();
 }
 
-int Job::run() {
-  if (std::optional<int> failed = prepare()) return *failed;
+// Starts every rank; the first that cannot start stops the job (the others already started).
+void Job::start_ranks() {
   for (int r = 0; r < o_.nprocs; ++r) {
     Status spawned = spawn(r);
     if (!spawned.ok()) {
@@ -514,60 +547,80 @@ int Job::run() {
       // A command that exists but cannot be executed exits 127, like one that is not found.
       exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
       stop(SIGTERM);
-      break;
+      return;
     }
   }
+}
+
+// True once no rank runs or waits for a restart and every output pipe is closed. When the last
+// rank is gone, the pipes (held by the ranks' leftovers) get the grace period to drain.
+bool Job::all_done() {
+  if (running_count() != 0 || next_restart() != Clock::time_point::max()) return false;
+  if (streams_.empty()) return true;
+  if (drain_until_ == Clock::time_point::max()) drain_until_ = Clock::now() + o_.grace;
+  return false;
+}
+
+// The job's --timeout-s, the grace period of a stop, due restarts and the drain period. False
+// once the drain period ran out (the pipes are then closed: the job is over).
+bool Job::enforce_deadlines(Clock::time_point now, Clock::time_point job_deadline) {
+  if (now >= job_deadline && !stopping_) {
+    say("the job ran past --timeout-s " + std::to_string(o_.timeout_s) + "; stopping " +
+        std::to_string(running_count()) + " rank(s)");
+    exit_code_ = 124;
+    stop(SIGTERM);
+  }
+  if (now >= kill_at_ && !killed_) {
+    killed_ = true;
+    signal_groups(SIGKILL);
+  }
+  restart_due(now);
+  if (now < drain_until_) return true;
+  signal_groups(SIGKILL);  // background leftovers still holding the pipes
+  for (Stream& s : streams_) {
+    flush(s);
+    ::close(s.fd);
+  }
+  streams_.clear();
+  return false;
+}
+
+// Waits until the next deadline for the ranks' output or a signal, and handles what came.
+void Job::wait_for_events(Clock::time_point now, Clock::time_point job_deadline) {
+  auto next = std::min(
+      {job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_, next_restart()});
+  int timeout_ms = -1;
+  if (next != Clock::time_point::max()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 1000000));
+  }
+  std::vector<pollfd> fds;
+  fds.push_back({signal_read_, POLLIN, 0});
+  for (const Stream& s : streams_) fds.push_back({s.fd, POLLIN, 0});
+  const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (rc < 0 && errno != EINTR) {
+    say(std::string("poll: ") + std::strerror(errno));
+    stop(SIGKILL);
+    return;
+  }
+  if (rc <= 0) return;
+  size_t i = 1;
+  for (Stream& s : streams_) {
+    if (fds[i++].revents != 0) pump(s);
+  }
+  streams_.remove_if([](const Stream& s) { return s.fd < 0; });
+  if (fds[0].revents != 0) handle_signals();
+}
+
+int Job::run() {
+  if (std::optional<int> failed = prepare()) return *failed;
+  start_ranks();
   const auto job_deadline = o_.timeout_s > 0 ? Clock::now() + std::chrono::seconds(o_.timeout_s)
                                              : Clock::time_point::max();
-  for (;;) {
-    if (running_count() == 0 && next_restart() == Clock::time_point::max()) {
-      if (streams_.empty()) break;
-      if (drain_until_ == Clock::time_point::max()) drain_until_ = Clock::now() + o_.grace;
-    }
+  while (!all_done()) {
     const auto now = Clock::now();
-    if (now >= job_deadline && !stopping_) {
-      say("the job ran past --timeout-s " + std::to_string(o_.timeout_s) + "; stopping " +
-          std::to_string(running_count()) + " rank(s)");
-      exit_code_ = 124;
-      stop(SIGTERM);
-    }
-    if (now >= kill_at_ && !killed_) {
-      killed_ = true;
-      signal_groups(SIGKILL);
-    }
-    restart_due(now);
-    if (now >= drain_until_) {
-      signal_groups(SIGKILL);  // background leftovers still holding the pipes
-      for (Stream& s : streams_) {
-        flush(s);
-        ::close(s.fd);
-      }
-      streams_.clear();
-      break;
-    }
-    auto next = std::min({job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_,
-                          next_restart()});
-    int timeout_ms = -1;
-    if (next != Clock::time_point::max()) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 1000000));
-    }
-    std::vector<pollfd> fds;
-    fds.push_back({signal_read_, POLLIN, 0});
-    for (const Stream& s : streams_) fds.push_back({s.fd, POLLIN, 0});
-    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
-    if (rc < 0 && errno != EINTR) {
-      say(std::string("poll: ") + std::strerror(errno));
-      stop(SIGKILL);
-      continue;
-    }
-    if (rc <= 0) continue;
-    size_t i = 1;
-    for (Stream& s : streams_) {
-      if (fds[i++].revents != 0) pump(s);
-    }
-    streams_.remove_if([](const Stream& s) { return s.fd < 0; });
-    if (fds[0].revents != 0) handle_signals();
+    if (!enforce_deadlines(now, job_deadline)) break;
+    wait_for_events(now, job_deadline);
   }
   finish();
   return exit_code_;
