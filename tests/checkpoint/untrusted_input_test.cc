@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -220,6 +221,96 @@ TEST(ChunkReader, AFrameSmallerThanTheRawSizeIsRefusedBeforeTheBufferIsSized) {
   EXPECT_LT(testing::rss_bytes(), rss + (size_t(256) << 20));
 }
 
+// A chunk whose stored bytes hold `stored` for a manifest raw size of `raw`, in its own root.
+struct OneChunk {
+  explicit OneChunk(const std::string& stored, uint64_t raw) {
+    std::filesystem::create_directories(root / "step-1");
+    std::ofstream(root / "step-1/rank-00000.shard", std::ios::binary) << stored;
+    chunk.enc = "zstd";
+    chunk.raw = raw;
+    chunk.data = {"step-1/rank-00000.shard", 0, stored.size(),
+                  codec::xxh3(stored.data(), stored.size()), true};
+  }
+  ScratchDir root{"bomb"};
+  ChunkRecord chunk;
+};
+
+// zstd of `bytes` zeros, with or without the content size in the frame header.
+std::string zeros_frame(size_t bytes, bool declare_size) {
+  const std::string zeros(bytes, '\0');
+  std::string out(ZSTD_compressBound(bytes), '\0');
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, declare_size ? 1 : 0);
+  const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), zeros.data(), zeros.size());
+  ZSTD_freeCCtx(cctx);
+  out.resize(ZSTD_isError(n) ? 0 : n);
+  return out;
+}
+
+// A zstd "bomb": a few KiB of frame that inflate to 64 MiB, for a chunk of 4 KiB. Neither the
+// frame that says so nor the one that keeps quiet is decoded past the recorded size, and neither
+// makes the reader allocate more than it.
+TEST(ChunkReader, AFrameInflatingBeyondTheRecordedSizeIsRefusedWithoutDecodingIt) {
+  for (const bool declared : {true, false}) {
+    OneChunk bomb(zeros_frame(64u << 20, declared), 4096);
+    ASSERT_LT(bomb.chunk.data.stored, 64u << 10);
+    codec::ChunkReader reader(bomb.root.path());
+    std::string out;
+    const size_t rss = testing::rss_bytes();
+    EXPECT_REFUSED(reader.read(bomb.chunk, &out, "chunk 0"), StatusCode::kDataLoss,
+                   declared ? "its zstd frame holds 67108864 bytes, the manifest says 4096"
+                            : "its zstd frame does not declare its size (the manifest says 4096 "
+                              "bytes)");
+    EXPECT_LT(out.capacity(), size_t(1) << 20);
+    EXPECT_LT(testing::rss_bytes(), rss + (size_t(32) << 20));
+  }
+}
+
+// A frame of the right size followed by more frames (or anything else): the reader would decode
+// them into the same buffer; refused naming the file, the chunk and the sizes.
+TEST(ChunkReader, BytesAfterTheChunksFrameAreRefused) {
+  std::string stored = zeros_frame(4096, true);
+  const size_t frame = stored.size();
+  stored += zeros_frame(4096, true);
+  OneChunk chunk(stored, 4096);
+  codec::ChunkReader reader(chunk.root.path());
+  std::string out;
+  EXPECT_REFUSED(reader.read(chunk.chunk, &out, "chunk 0"), StatusCode::kDataLoss,
+                 "'step-1/rank-00000.shard' chunk 0: " + std::to_string(stored.size() - frame) +
+                     " stored bytes follow its zstd frame of " + std::to_string(frame) + " bytes");
+}
+
+// The check and the open are one walk: the name is resolved through directory descriptors and
+// its last component opened relative to the directory the check saw, with O_NOFOLLOW. A file
+// swapped for a link to an outside file after the check is refused; a directory swapped for a
+// link after the check is not followed (the held directory is read). With a path string checked
+// and then opened (path_in_root, then open), both swaps read the outside file.
+TEST(PathInRoot, ALinkSwappedInBetweenTheCheckAndTheOpenIsNotFollowed) {
+  ScratchDir root("race"), out("outside");
+  std::filesystem::create_directories(root / "step-1");
+  std::ofstream(root / "step-1/f") << "inside";
+  std::ofstream(out / "f") << "secret";
+  auto checked = fs::resolve_in_root(root.path(), "step-1/f");
+  ASSERT_TRUE(checked.ok()) << checked.status().to_string();
+  std::filesystem::remove(root / "step-1/f");
+  ASSERT_EQ(::symlink((out / "f").c_str(), (root / "step-1/f").c_str()), 0);
+  EXPECT_REFUSED(checked->open().status(), StatusCode::kDataLoss, "'step-1/f' (");
+  EXPECT_REFUSED(checked->open().status(), StatusCode::kDataLoss,
+                 "is a symbolic link now, not when it was checked; refused");
+
+  std::filesystem::remove(root / "step-1/f");
+  std::ofstream(root / "step-1/f") << "inside";
+  checked = fs::resolve_in_root(root.path(), "step-1/f");
+  ASSERT_TRUE(checked.ok()) << checked.status().to_string();
+  std::filesystem::rename(root / "step-1", root / "moved");
+  ASSERT_EQ(::symlink(out.path().c_str(), (root / "step-1").c_str()), 0);
+  auto file = checked->open();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  std::string bytes(6, '\0');
+  ASSERT_TRUE(file->read_at(0, bytes.data(), bytes.size()).ok());
+  EXPECT_EQ(bytes, "inside");
+}
+
 // --- files -------------------------------------------------------------------------------------
 
 TEST_F(UntrustedInputTest, AHugeLatestIsRefusedWithoutEchoingIt) {
@@ -291,6 +382,17 @@ TEST_F(UntrustedInputTest, SetLayoutChangesWhatTheNextManifestRecordsAndNegative
   ASSERT_TRUE(ck->save_async(3).ok());
   ASSERT_TRUE(ck->wait()->status.ok());
   EXPECT_EQ(read_manifest(dir_.path(), 3).value().layout, "tp=1 pp=1 dp=1 zero=0 (switched)");
+}
+
+// Found while fuzzing (issue 20 §1): placement fields were read with get<int>(), so 2^32 became
+// tp_dim 0, a valid dimension.
+TEST_F(UntrustedInputTest, APlacementFieldBeyondIntIsRefusedNotTruncated) {
+  Json j = manifest_json();
+  j["tensors"][0]["placement"] = {
+      {"tp_dim", 4294967296ull}, {"zero_dim", -1}, {"zero_stage", 1}, {"layer", -1}};
+  EXPECT_REFUSED(parse(j), StatusCode::kDataLoss, "field 'tp_dim' is 4294967296");
+  j["tensors"][0]["placement"]["tp_dim"] = -1;
+  EXPECT_TRUE(parse(j).ok()) << parse(j).to_string();
 }
 
 }  // namespace

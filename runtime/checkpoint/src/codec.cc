@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -73,6 +74,10 @@ Decompressor::~Decompressor() {
 Status Decompressor::decompress(const void* src, size_t bytes, void* dst, size_t raw,
                                 std::string_view what) {
   size_t n = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(dctx_), dst, raw, src, bytes);
+  if (ZSTD_isError(n) && ZSTD_getErrorCode(n) == ZSTD_error_dstSize_tooSmall) {
+    return data_loss(std::string(what) + ": decompresses to more than the " + std::to_string(raw) +
+                     " bytes the manifest records; refused");
+  }
   if (ZSTD_isError(n)) {
     return data_loss(std::string(what) + ": zstd: " + ZSTD_getErrorName(n));
   }
@@ -266,8 +271,7 @@ Result<FileRecord> ShardWriter::finish(bool sync) {
 Result<const fs::ReadFile*> ChunkReader::file(const std::string& name) {
   auto it = files_.find(name);
   if (it == files_.end()) {
-    TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root_, name));
-    TSR_ASSIGN_OR_RETURN(fs::ReadFile f, fs::ReadFile::open(path));
+    TSR_ASSIGN_OR_RETURN(fs::ReadFile f, fs::open_in_root(root_, name));
     it = files_.emplace(name, std::move(f)).first;
   }
   return &it->second;
@@ -296,15 +300,31 @@ Status ChunkReader::read_stored(const ChunkLocation& where, std::string* out,
 
 namespace {
 
-// A compressed chunk's zstd frame records its decoded size: it must be the manifest's raw size.
-Status check_frame_size(const ChunkLocation& where, const std::string& stored, uint64_t raw,
-                        const std::string& name) {
+// A compressed chunk's stored bytes must be exactly one zstd frame that declares the manifest's
+// raw size. Checked before any buffer is sized by `raw` or anything decoded: a frame declaring
+// more (a "bomb"), less or nothing, or followed by more frames or bytes, is refused naming the
+// file, the chunk and both sizes. Decoding is then bounded by `raw` as well (the destination's
+// size; Decompressor::decompress), so a hostile checkpoint costs no more memory or work than the
+// sizes its manifest declares, which parse_manifest ties to the tensors' slices.
+Status check_frame(const ChunkLocation& where, const std::string& stored, uint64_t raw,
+                   const std::string& name) {
   if (!where.compressed) return Status();  // stored == raw, checked by parse_manifest
   const unsigned long long declared = ZSTD_getFrameContentSize(stored.data(), stored.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR) return data_loss(name + ": not a zstd frame");
-  if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != raw) {
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return data_loss(name + ": its zstd frame does not declare its size (the manifest says " +
+                     std::to_string(raw) + " bytes); refused");
+  }
+  if (declared != raw) {
     return data_loss(name + ": its zstd frame holds " + std::to_string(declared) +
                      " bytes, the manifest says " + std::to_string(raw));
+  }
+  const size_t frame = ZSTD_findFrameCompressedSize(stored.data(), stored.size());
+  if (ZSTD_isError(frame)) return data_loss(name + ": zstd: " + ZSTD_getErrorName(frame));
+  if (frame != stored.size()) {
+    return data_loss(name + ": " + std::to_string(stored.size() - frame) +
+                     " stored bytes follow its zstd frame of " + std::to_string(frame) +
+                     " bytes; refused");
   }
   return Status();
 }
@@ -318,10 +338,10 @@ Status ChunkReader::fetch(const ChunkRecord& chunk, std::string_view what) {
   }
   if (chunk.enc == "xor" && !chunk.base) return data_loss(name + ": xor chunk without a base");
   TSR_RETURN_IF_ERROR(read_stored(chunk.data, &stored_, what));
-  TSR_RETURN_IF_ERROR(check_frame_size(chunk.data, stored_, chunk.raw, name));
+  TSR_RETURN_IF_ERROR(check_frame(chunk.data, stored_, chunk.raw, name));
   if (chunk.enc == "xor") {
     TSR_RETURN_IF_ERROR(read_stored(*chunk.base, &base_stored_, std::string(what) + " (base)"));
-    TSR_RETURN_IF_ERROR(check_frame_size(*chunk.base, base_stored_, chunk.raw, name + " (base)"));
+    TSR_RETURN_IF_ERROR(check_frame(*chunk.base, base_stored_, chunk.raw, name + " (base)"));
   }
   return Status();
 }

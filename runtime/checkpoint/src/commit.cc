@@ -10,21 +10,18 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "chunk_encoder.h"
 #include "codec.h"
 #include "fs.h"
 #include "impl.h"
+#include "publish.h"
+#include "step_paths.h"
 #include "tessera/common/log.h"
 
 namespace tessera::ckpt {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string shard_file_name(int rank) {
-  char name[32];
-  std::snprintf(name, sizeof name, "rank-%05d.shard", rank);
-  return name;
-}
 
 // What every rank says before writing: its step, its delta base and what it holds.
 std::string metadata_message(const StateRegistry& reg, int64_t step, bool want_delta,
@@ -149,98 +146,135 @@ Status decode_error(const std::string& message, int from) {
 
 }  // namespace
 
-// Writes this rank's shard: chunked, compressed, delta-encoded against the base when agreed.
+namespace {
+
+// One rank's shard of a save: its tensors' chunks, delta-encoded against the last full save when
+// the ranks agreed on a delta, and its blobs, appended to step-N.tmp/rank-R.shard.
+class ShardSave {
+ public:
+  ShardSave(Checkpointer::Impl& impl, const CheckpointOptions& opt, const Agreement& a,
+            codec::ShardWriter& file, SaveResult* r)
+      : impl_(impl),
+        opt_(opt),
+        a_(a),
+        r_(r),
+        base_reader_(opt.dir),
+        limiter_(opt.max_write_mbps),
+        encoder_(file, opt.zstd_level,
+                 [this](uint64_t, uint64_t stored) { return after_store(stored); }) {}
+
+  Result<ShardRecord> tensor(const TensorEntry& t, const std::byte* p, int rank);
+  Result<BlobRecord> blob(const BlobEntry& b, const std::string& bytes, int rank);
+
+ private:
+  // Counts, rate-limits, and fires the mid-shard fault point after the first chunk.
+  Status after_store(uint64_t stored) {
+    r_->bytes_written += stored;
+    limiter_.account(stored);
+    if (!first_stored_) return Status();
+    first_stored_ = false;
+    return impl_.fault(FaultPoint::kMidShard);
+  }
+  // The base's chunks of this tensor slice, when a delta is agreed and the base has as many.
+  const std::vector<ChunkRecord>* delta_base(const TensorEntry& t, size_t count) const;
+  // One chunk: "ref" when unchanged since `base`, "xor" when changed, "zstd" without a base.
+  // `tensor` and `index` name the chunk in errors.
+  Status encode_chunk(const std::byte* data, size_t len, const ChunkRecord* base,
+                      const std::string& tensor, size_t index, ChunkRecord* rec);
+
+  Checkpointer::Impl& impl_;
+  const CheckpointOptions& opt_;
+  const Agreement& a_;
+  SaveResult* r_;
+  codec::ChunkReader base_reader_;
+  codec::RateLimiter limiter_;
+  ChunkEncoder encoder_;
+  std::string scratch_;  // an XOR delta
+  bool first_stored_ = true;
+};
+
+const std::vector<ChunkRecord>* ShardSave::delta_base(const TensorEntry& t, size_t count) const {
+  if (!a_.delta) return nullptr;
+  auto it = impl_.base.chunks.find(shard_key(t.name, t.slice));
+  return it != impl_.base.chunks.end() && it->second.size() == count ? &it->second : nullptr;
+}
+
+Status ShardSave::encode_chunk(const std::byte* data, size_t len, const ChunkRecord* b,
+                               const std::string& tensor, size_t index, ChunkRecord* rec) {
+  rec->raw = len;
+  rec->hash = codec::xxh3(data, len);
+  if (b && b->raw != len) b = nullptr;
+  if (b && b->hash == rec->hash) {
+    rec->enc = "ref";
+    rec->data = b->data;
+  } else if (b) {
+    rec->enc = "xor";
+    scratch_.resize(len);
+    TSR_RETURN_IF_ERROR(base_reader_.read(
+        *b, scratch_.data(), "base of tensor '" + tensor + "' chunk " + std::to_string(index)));
+    codec::xor_into(scratch_.data(), data, len);
+    TSR_ASSIGN_OR_RETURN(rec->data, encoder_.store(scratch_.data(), len, std::nullopt));
+    rec->base = b->data;
+    ++r_->chunks_changed;
+  } else {
+    rec->enc = "zstd";
+    TSR_ASSIGN_OR_RETURN(rec->data, encoder_.store(data, len, rec->hash));
+    if (a_.delta) ++r_->chunks_changed;
+  }
+  r_->bytes_full += b ? b->data.stored : rec->data.stored;
+  r_->bytes_raw += len;
+  ++r_->chunks;
+  return Status();
+}
+
+Result<ShardRecord> ShardSave::tensor(const TensorEntry& t, const std::byte* p, int rank) {
+  ShardRecord shard{rank, t.slice, opt_.chunk_bytes, {}};
+  const size_t n = t.bytes();
+  const size_t count = (n + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
+  const std::vector<ChunkRecord>* base = delta_base(t, count);
+  for (size_t c = 0; c < count; ++c) {
+    const size_t off = c * opt_.chunk_bytes;
+    ChunkRecord rec;
+    TSR_RETURN_IF_ERROR(encode_chunk(p + off, std::min(opt_.chunk_bytes, n - off),
+                                     base ? &(*base)[c] : nullptr, t.name, c, &rec));
+    shard.chunks.push_back(std::move(rec));
+  }
+  return shard;
+}
+
+Result<BlobRecord> ShardSave::blob(const BlobEntry& b, const std::string& bytes, int rank) {
+  BlobRecord blob{b.name, rank, b.replicated, bytes.size(), {}};
+  TSR_RETURN_IF_ERROR(
+      encoder_.store_chunks(bytes.data(), bytes.size(), opt_.chunk_bytes, &blob.chunks));
+  for (const ChunkRecord& c : blob.chunks) {
+    r_->bytes_full += c.data.stored;
+    r_->bytes_raw += c.raw;
+  }
+  return blob;
+}
+
+}  // namespace
+
+// Writes this rank's shard (the tensors and blobs the agreement gives it) into step-N.tmp/.
 static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt,
                           const StateRegistry& reg, const Snapshot& snap, const Agreement& a,
                           int rank, Manifest* mine, SaveResult* r) {
-  const std::string final_rel = step_dir_name(snap.step);
-  const std::string tmp_dir = fs::join(opt.dir, final_rel + ".tmp");
-  TSR_RETURN_IF_ERROR(fs::make_dirs(tmp_dir));
-  const std::string file = shard_file_name(rank);
+  const StepPaths paths(opt.dir, snap.step);
+  TSR_RETURN_IF_ERROR(fs::make_dirs(paths.tmp_dir));
   TSR_ASSIGN_OR_RETURN(
       auto writer,
-      codec::ShardWriter::create(fs::join(tmp_dir, file), final_rel + "/" + file, opt.direct_io));
-  codec::Compressor compressor;
-  codec::ChunkReader base_reader(opt.dir);
-  codec::RateLimiter limiter(opt.max_write_mbps);
-  std::string stored, scratch;
-  bool first = true;
-  // `data_xxh3`: the chunk's content hash when `data` is the content (not an XOR delta); a chunk
-  // stored as it is then needs no checksum pass of its own.
-  auto store = [&](const void* data, size_t bytes, std::optional<uint64_t> data_xxh3,
-                   ChunkRecord* rec) -> Status {
-    TSR_ASSIGN_OR_RETURN(rec->data, writer->append_encoded(compressor, opt.zstd_level, data, bytes,
-                                                           data_xxh3, &stored));
-    r->bytes_written += rec->data.stored;
-    limiter.account(rec->data.stored);
-    if (first) {
-      first = false;
-      TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kMidShard));
-    }
-    return Status();
-  };
+      codec::ShardWriter::create(paths.tmp_shard(rank), paths.shard_name(rank), opt.direct_io));
+  ShardSave save(impl, opt, a, *writer, r);
   for (size_t i = 0; i < reg.tensors().size(); ++i) {
     if (!a.write_tensor[i]) continue;
     const TensorEntry& t = reg.tensors()[i];
-    ShardRecord shard{rank, t.slice, opt.chunk_bytes, {}};
-    const std::byte* p = snap.data + snap.offsets[i];
-    const size_t n = t.bytes();
-    const size_t count = (n + opt.chunk_bytes - 1) / opt.chunk_bytes;
-    const std::vector<ChunkRecord>* base = nullptr;
-    if (a.delta) {
-      auto it = impl.base.chunks.find(shard_key(t.name, t.slice));
-      if (it != impl.base.chunks.end() && it->second.size() == count) base = &it->second;
-    }
-    for (size_t c = 0; c < count; ++c) {
-      const size_t off = c * opt.chunk_bytes;
-      const size_t len = std::min(opt.chunk_bytes, n - off);
-      ChunkRecord rec;
-      rec.raw = len;
-      rec.hash = codec::xxh3(p + off, len);
-      const ChunkRecord* b = base ? &(*base)[c] : nullptr;
-      if (b && b->raw != len) b = nullptr;
-      if (b && b->hash == rec.hash) {
-        rec.enc = "ref";
-        rec.data = b->data;
-      } else if (b) {
-        rec.enc = "xor";
-        scratch.resize(len);
-        TSR_RETURN_IF_ERROR(base_reader.read(
-            *b, scratch.data(), "base of tensor '" + t.name + "' chunk " + std::to_string(c)));
-        codec::xor_into(scratch.data(), p + off, len);
-        TSR_RETURN_IF_ERROR(store(scratch.data(), len, std::nullopt, &rec));
-        rec.base = b->data;
-        ++r->chunks_changed;
-      } else {
-        rec.enc = "zstd";
-        TSR_RETURN_IF_ERROR(store(p + off, len, rec.hash, &rec));
-        if (a.delta) ++r->chunks_changed;
-      }
-      r->bytes_full += b ? b->data.stored : rec.data.stored;
-      r->bytes_raw += len;
-      ++r->chunks;
-      shard.chunks.push_back(std::move(rec));
-    }
+    TSR_ASSIGN_OR_RETURN(ShardRecord shard, save.tensor(t, snap.data + snap.offsets[i], rank));
     mine->tensors.push_back(TensorRecord{
         t.name, std::string(hal::dtype_name(t.dtype)), t.shape, {std::move(shard)}, {}});
   }
   for (size_t i = 0; i < reg.blobs().size(); ++i) {
     if (!a.write_blob[i]) continue;
-    const std::string& bytes = snap.blobs[i];
-    BlobRecord blob{reg.blobs()[i].name, rank, reg.blobs()[i].replicated, bytes.size(), {}};
-    for (size_t off = 0; off < bytes.size() || (off == 0 && bytes.empty());
-         off += opt.chunk_bytes) {
-      const size_t len = std::min(opt.chunk_bytes, bytes.size() - off);
-      ChunkRecord rec;
-      rec.enc = "zstd";
-      rec.raw = len;
-      rec.hash = codec::xxh3(bytes.data() + off, len);
-      TSR_RETURN_IF_ERROR(store(bytes.data() + off, len, rec.hash, &rec));
-      r->bytes_full += rec.data.stored;
-      r->bytes_raw += len;
-      blob.chunks.push_back(std::move(rec));
-      if (bytes.empty()) break;
-    }
+    TSR_ASSIGN_OR_RETURN(BlobRecord blob, save.blob(reg.blobs()[i], snap.blobs[i], rank));
     mine->blobs.push_back(std::move(blob));
   }
   TSR_ASSIGN_OR_RETURN(FileRecord record, writer->finish(opt.fsync));
@@ -251,21 +285,19 @@ static Status write_shard(Checkpointer::Impl& impl, const CheckpointOptions& opt
 // An existing step-N/ before the rename: committed (N <= latest) is refused; an unpublished one
 // (N > latest, or no `latest`: a crash between the rename and `latest`) is replaced. It is moved
 // into step-N.tmp/ first, so a crash mid-delete never leaves a half-deleted "committed" step.
-static Status replace_unpublished(const std::string& root, int64_t step,
-                                  const std::string& tmp_dir) {
-  const std::string final_rel = step_dir_name(step);
-  const std::string final_dir = fs::join(root, final_rel);
-  if (!fs::exists(final_dir)) return Status();
-  auto latest = read_latest(root);
+static Status replace_unpublished(const StepPaths& paths) {
+  if (!fs::exists(paths.final_dir)) return Status();
+  auto latest = read_latest(paths.root);
   if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
-    return latest.status().with_context("'" + final_dir + "' exists and 'latest' is unreadable");
+    return latest.status().with_context("'" + paths.final_dir +
+                                        "' exists and 'latest' is unreadable");
   }
-  if (latest.ok() && step <= *latest) {
-    return already_exists("'" + final_dir + "' is already committed (latest is step " +
+  if (latest.ok() && paths.step <= *latest) {
+    return already_exists("'" + paths.final_dir + "' is already committed (latest is step " +
                           std::to_string(*latest) + ")");
   }
-  const std::string doomed = fs::join(tmp_dir, "replaced-" + final_rel);
-  TSR_RETURN_IF_ERROR(fs::rename_path(final_dir, doomed));
+  const std::string doomed = fs::join(paths.tmp_dir, "replaced-" + paths.rel);
+  TSR_RETURN_IF_ERROR(fs::rename_path(paths.final_dir, doomed));
   return fs::remove_all(doomed);
 }
 
@@ -283,10 +315,10 @@ static Status check_no_strays(const std::string& tmp_dir, const Manifest& m) {
   return Status();
 }
 
-// Rank 0: the manifest, the rename and `latest`. On failure nothing is published, except when
-// `latest` was already replaced (then the error says so).
-static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, const Agreement& a,
-                     int64_t step, int world, const std::vector<std::string>& reports) {
+// The step's manifest: the agreed tensors with every rank's reported shards, blobs and files.
+static Result<Manifest> merge_reports(const CheckpointOptions& opt, const Agreement& a,
+                                      int64_t step, int world,
+                                      const std::vector<std::string>& reports) {
   Manifest m;
   m.step = step;
   m.delta = a.delta;
@@ -308,30 +340,23 @@ static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, con
     for (auto& b : part.blobs) m.blobs.push_back(std::move(b));
     for (auto& f : part.files) m.files.push_back(std::move(f));
   }
-  const std::string final_rel = step_dir_name(step);
-  const std::string tmp_dir = fs::join(opt.dir, final_rel + ".tmp");
-  const std::string final_dir = fs::join(opt.dir, final_rel);
-  TSR_RETURN_IF_ERROR(
-      fs::write_file(fs::join(tmp_dir, "manifest.json"), manifest_to_json(m), opt.fsync));
-  if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(tmp_dir));
-  TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kAfterManifest));
-  TSR_RETURN_IF_ERROR(replace_unpublished(opt.dir, step, tmp_dir));
-  TSR_RETURN_IF_ERROR(check_no_strays(tmp_dir, m));
-  TSR_RETURN_IF_ERROR(fs::rename_path(tmp_dir, final_dir));
-  if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(opt.dir));
-  bool renamed = false;
-  Status published = fs::replace_file(
-      fs::join(opt.dir, "latest"), final_rel + "\n", opt.fsync,
-      [&] { return impl.fault(FaultPoint::kDuringLatest); }, &renamed);
-  if (published.ok()) return Status();
-  if (renamed) {
-    // `latest` names step-N/ now: deleting it would leave `latest` naming nothing.
-    return published.with_context("step " + std::to_string(step) +
-                                  " was published ('latest' names '" + final_rel +
-                                  "') but its durability is unknown");
-  }
-  fs::remove_all(final_dir).ignore();
-  return published.with_context("publishing step " + std::to_string(step));
+  return m;
+}
+
+// Rank 0: the manifest, the rename and `latest`. On failure nothing is published, except when
+// `latest` was already replaced (then the error says so).
+static Status commit(Checkpointer::Impl& impl, const CheckpointOptions& opt, const Agreement& a,
+                     int64_t step, int world, const std::vector<std::string>& reports) {
+  TSR_ASSIGN_OR_RETURN(const Manifest m, merge_reports(opt, a, step, world, reports));
+  const StepPaths paths(opt.dir, step);
+  PublishHooks hooks;
+  hooks.before_rename = [&]() -> Status {
+    TSR_RETURN_IF_ERROR(impl.fault(FaultPoint::kAfterManifest));
+    TSR_RETURN_IF_ERROR(replace_unpublished(paths));
+    return check_no_strays(paths.tmp_dir, m);
+  };
+  hooks.before_latest = [&] { return impl.fault(FaultPoint::kDuringLatest); };
+  return publish_step(paths, m, opt.fsync, hooks);
 }
 
 Status Checkpointer::Impl::run_gc(int64_t just_committed) {
@@ -358,19 +383,81 @@ Status Checkpointer::Impl::run_gc(int64_t just_committed) {
   }
   for (const StepInfo& s : steps) {
     if (s.committed && keep.count(s.step)) continue;
-    std::string victim = fs::join(opt.dir, s.dir);
+    const StepPaths victim(opt.dir, s.step);
     if (s.committed) {
       // Unpublish first (a crash leaves a .tmp directory, never a half-deleted checkpoint).
-      const std::string doomed = victim + ".tmp";
-      if (fs::exists(doomed)) TSR_RETURN_IF_ERROR(fs::remove_all(doomed));
-      TSR_RETURN_IF_ERROR(fs::rename_path(victim, doomed));
-      victim = doomed;
+      if (fs::exists(victim.tmp_dir)) TSR_RETURN_IF_ERROR(fs::remove_all(victim.tmp_dir));
+      TSR_RETURN_IF_ERROR(fs::rename_path(victim.final_dir, victim.tmp_dir));
     }
     TSR_RETURN_IF_ERROR(fault(FaultPoint::kDuringGc));
-    TSR_RETURN_IF_ERROR(fs::remove_all(victim));
+    TSR_RETURN_IF_ERROR(fs::remove_all(victim.tmp_dir));
   }
   if (opt.fsync) TSR_RETURN_IF_ERROR(fs::fsync_path(opt.dir));
   return Status();
+}
+
+namespace {
+
+// Phase A: every rank's metadata to every rank, and the same decision on each: the step, delta
+// or full, and who writes what. A malformed message (a JSON type error) names the rank it came
+// from.
+Result<Agreement> agree_on_save(RankGroup& group, const StateRegistry& reg, int64_t step,
+                                bool want_delta, int64_t base_step, const std::string& what) {
+  auto gathered = group.allgather(metadata_message(reg, step, want_delta, base_step));
+  if (!gathered.ok()) return gathered.status().with_context(what + ": metadata exchange");
+  Result<Agreement> agreed = internal_error("no agreement");
+  size_t reading = 0;
+  try {
+    agreed = agree(*gathered, group.rank(), step, &reading);
+  } catch (const std::exception& e) {
+    agreed = internal_error("malformed save metadata from rank " + std::to_string(reading) + ": " +
+                            e.what());
+  }
+  if (!agreed.ok()) return agreed.status().with_context(what + " aborted");
+  return agreed;
+}
+
+// Phase C: every rank's outcome (and, when it wrote, its records) to every rank. The first failure
+// of any rank, or of the exchange, aborts the save everywhere.
+Status exchange_reports(RankGroup& group, const Status& local, const Manifest& mine,
+                        std::vector<std::string>* reports) {
+  auto gathered = group.allgather(encode_outcome(local, manifest_to_json(mine)));
+  if (!gathered.ok()) return gathered.status().with_context("reports to rank 0");
+  *reports = std::move(*gathered);
+  for (size_t q = 0; q < reports->size(); ++q) {
+    TSR_RETURN_IF_ERROR(decode_error((*reports)[q], static_cast<int>(q)));
+  }
+  return Status();
+}
+
+// Phase D: rank 0 commits; every rank learns the outcome.
+Status commit_and_share(Checkpointer::Impl& impl, RankGroup& group, const CheckpointOptions& opt,
+                        const Agreement& a, int64_t step, const std::vector<std::string>& reports,
+                        const std::string& what) {
+  Status committed;
+  if (group.rank() == 0) {
+    committed = commit(impl, opt, a, step, group.size(), reports);
+    if (!committed.ok()) fs::remove_all(StepPaths(opt.dir, step).tmp_dir).ignore();
+  }
+  auto outcome = group.allgather(encode_outcome(committed, ""));
+  if (!outcome.ok()) return outcome.status().with_context(what + ": commit outcome");
+  return decode_error((*outcome)[0], 0).with_context(what + " aborted at commit");
+}
+
+}  // namespace
+
+// The new delta base after a commit, on every rank alike: a full save's chunks become the base.
+static void advance_delta_base(Checkpointer::Impl& impl, bool delta, const Manifest& mine) {
+  if (delta) {
+    ++impl.saves_since_full;
+    return;
+  }
+  impl.base.step = mine.step;
+  impl.base.chunks.clear();
+  for (auto& t : mine.tensors) {
+    for (auto& s : t.shards) impl.base.chunks[shard_key(t.name, s.slice)] = s.chunks;
+  }
+  impl.saves_since_full = 0;
 }
 
 SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
@@ -384,8 +471,7 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
   r.step = step;
   r.blocking_s = start.blocking_s;
   const std::string what = "save of step " + std::to_string(step);
-  const std::string tmp_dir = fs::join(opt.dir, step_dir_name(step) + ".tmp");
-  const std::string my_file = fs::join(tmp_dir, shard_file_name(rank));
+  const StepPaths paths(opt.dir, step);
   auto finish = [&](Status status) {
     if (!status.ok() && r.delta) {
       // Every rank saw the same failure: start again from a full save (the base may be bad).
@@ -397,25 +483,16 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
     return r;
   };
 
-  // A: agree on the step, delta or full, and who writes what. Rank 0 first removes a step-N.tmp/
-  // left by a crashed save (perhaps of a larger world, whose stray shards would otherwise be
-  // renamed into step-N/); no rank writes before the allgather, which waits for rank 0.
+  // A: agree. Rank 0 first removes a step-N.tmp/ left by a crashed save (perhaps of a larger
+  // world, whose stray shards would otherwise be renamed into step-N/); no rank writes before the
+  // allgather, which waits for rank 0.
   const bool want_delta =
       opt.full_every > 1 && base.step >= 0 && saves_since_full < opt.full_every - 1;
   Status cleared;
-  if (rank == 0) cleared = fs::remove_all(tmp_dir);
+  if (rank == 0) cleared = fs::remove_all(paths.tmp_dir);
   if (!cleared.ok()) TSR_LOG(kWarn, "ckpt") << what << ": " << cleared.to_string();
-  auto gathered = group.allgather(metadata_message(reg, step, want_delta, base.step));
-  if (!gathered.ok()) return finish(gathered.status().with_context(what + ": metadata exchange"));
-  Result<Agreement> agreed = internal_error("no agreement");
-  size_t reading = 0;
-  try {
-    agreed = agree(*gathered, rank, step, &reading);
-  } catch (const std::exception& e) {
-    agreed = internal_error("malformed save metadata from rank " + std::to_string(reading) + ": " +
-                            e.what());
-  }
-  if (!agreed.ok()) return finish(agreed.status().with_context(what + " aborted"));
+  Result<Agreement> agreed = agree_on_save(group, reg, step, want_delta, base.step, what);
+  if (!agreed.ok()) return finish(agreed.status());
   const Agreement& a = *agreed;
   r.delta = a.delta;
   r.base_step = a.base_step;
@@ -425,47 +502,22 @@ SaveResult Checkpointer::Impl::persist(Snapshot& snap, const SaveStart& start) {
   mine.step = step;
   mine.world_size = group.size();  // rank 0 parses it: shard ranks are checked against it
   Status local = cleared.ok() ? write_shard(*this, opt, reg, snap, a, rank, &mine, &r)
-                              : cleared.with_context("clearing a stale '" + tmp_dir + "'");
+                              : cleared.with_context("clearing a stale '" + paths.tmp_dir + "'");
 
   // C: every rank's outcome to every rank (rank 0 needs the records).
-  auto reports = group.allgather(encode_outcome(local, manifest_to_json(mine)));
-  Status failure;
-  if (!reports.ok()) {
-    failure = reports.status().with_context("reports to rank 0");
-  } else {
-    for (size_t q = 0; q < reports->size() && failure.ok(); ++q) {
-      failure = decode_error((*reports)[q], static_cast<int>(q));
-    }
-  }
+  std::vector<std::string> reports;
+  Status failure = exchange_reports(group, local, mine, &reports);
   if (!failure.ok()) {
-    ::unlink(my_file.c_str());
-    if (reports.ok()) group.barrier().ignore();  // everyone removed its file
-    if (rank == 0) fs::remove_all(tmp_dir).ignore();
+    ::unlink(paths.tmp_shard(rank).c_str());
+    if (!reports.empty()) group.barrier().ignore();  // everyone removed its file
+    if (rank == 0) fs::remove_all(paths.tmp_dir).ignore();
     return finish(failure.with_context(what + " aborted"));
   }
 
   // D: rank 0 commits; everyone learns the outcome.
-  Status committed;
-  if (rank == 0) {
-    committed = commit(*this, opt, a, step, group.size(), *reports);
-    if (!committed.ok()) fs::remove_all(tmp_dir).ignore();
-  }
-  auto outcome = group.allgather(encode_outcome(committed, ""));
-  if (!outcome.ok()) return finish(outcome.status().with_context(what + ": commit outcome"));
-  Status from_zero = decode_error((*outcome)[0], 0);
-  if (!from_zero.ok()) return finish(from_zero.with_context(what + " aborted at commit"));
-
-  // The new delta base, on every rank alike.
-  if (a.delta) {
-    ++saves_since_full;
-  } else {
-    base.step = step;
-    base.chunks.clear();
-    for (auto& t : mine.tensors) {
-      for (auto& s : t.shards) base.chunks[shard_key(t.name, s.slice)] = s.chunks;
-    }
-    saves_since_full = 0;
-  }
+  Status committed = commit_and_share(*this, group, opt, a, step, reports, what);
+  if (!committed.ok()) return finish(committed);
+  advance_delta_base(*this, a.delta, mine);
   if (opt.peer_replica && group.size() > 1) {
     Status s = exchange_replica(snap, &r.replica_s);
     if (!s.ok()) TSR_LOG(kWarn, "ckpt") << what << ": peer replica: " << s.to_string();
@@ -495,11 +547,10 @@ SaveResult Checkpointer::Impl::persist_guarded(Snapshot& snap, const SaveStart& 
   } catch (...) {
     error = "unknown exception";
   }
-  const CheckpointOptions& opt = self->options_;
   const int rank = self->group_->rank();
-  const std::string tmp_dir = fs::join(opt.dir, step_dir_name(start.step) + ".tmp");
-  ::unlink(fs::join(tmp_dir, shard_file_name(rank)).c_str());
-  if (rank == 0) fs::remove_all(tmp_dir).ignore();
+  const StepPaths paths(self->options_.dir, start.step);
+  ::unlink(paths.tmp_shard(rank).c_str());
+  if (rank == 0) fs::remove_all(paths.tmp_dir).ignore();
   base = DeltaBase{};  // the base may be half-updated: start again from a full save
   saves_since_full = 0;
   SaveResult r;

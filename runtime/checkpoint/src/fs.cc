@@ -80,16 +80,24 @@ Status write_file(const std::string& path, std::string_view bytes, bool sync) {
   return Status();
 }
 
-Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
-  TSR_ASSIGN_OR_RETURN(ReadFile file, ReadFile::open(path));
+namespace {
+
+Result<std::string> read_whole(const ReadFile& file, uint64_t max_bytes) {
   const uint64_t size = file.size();
   if (size > max_bytes) {
-    return data_loss("'" + path + "' has " + std::to_string(size) + " bytes, above the limit of " +
-                     std::to_string(max_bytes) + " for this file");
+    return data_loss("'" + file.path() + "' has " + std::to_string(size) +
+                     " bytes, above the limit of " + std::to_string(max_bytes) + " for this file");
   }
   std::string out(size, '\0');
   TSR_RETURN_IF_ERROR(file.read_at(0, out.data(), out.size()));
   return out;
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
+  TSR_ASSIGN_OR_RETURN(ReadFile file, ReadFile::open(path));
+  return read_whole(file, max_bytes);
 }
 
 Status replace_file(const std::string& path, std::string_view bytes, bool sync,
@@ -145,13 +153,6 @@ Status require_regular(const struct stat& st, const std::string& path) {
 
 }  // namespace
 
-Result<uint64_t> file_size(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "stat", path);
-  TSR_RETURN_IF_ERROR(require_regular(st, path));
-  return static_cast<uint64_t>(st.st_size);
-}
-
 Status check_relative_name(std::string_view name) {
   auto refuse = [&](const std::string& why) {
     const std::string_view shown = name.substr(0, 200);
@@ -190,68 +191,10 @@ std::vector<std::string> components(std::string_view path) {
 
 }  // namespace
 
-Result<std::string> path_in_root(const std::string& root, std::string_view name) {
-  TSR_RETURN_IF_ERROR(check_relative_name(name));
-  std::error_code ec;
-  // "" is the current directory, as in join("", name).
-  const std::string base = std::filesystem::canonical(root.empty() ? "." : root, ec).string();
-  if (ec) return errno_status(ec.value(), "open checkpoint directory", root);
-  auto escape = [&](const std::string& why) {
-    return data_loss("file name '" + escaped(name) + "' " + why +
-                     " outside the checkpoint directory '" + root + "'; refused");
-  };
-  // A realpath() confined to `base`: `resolved` holds real directories below it, so a ".." from
-  // a link target pops a real component, and nothing outside `base` is ever lstat()ed.
-  std::vector<std::string> resolved;
-  std::vector<std::string> todo = components(name);
-  std::reverse(todo.begin(), todo.end());  // a stack: next component at the back
-  int links = 0;
-  auto current = [&] {
-    std::string p = base;
-    for (const auto& c : resolved) p += "/" + c;
-    return p;
-  };
-  while (!todo.empty()) {
-    std::string part = std::move(todo.back());
-    todo.pop_back();
-    if (part == ".") continue;
-    if (part == "..") {
-      if (resolved.empty()) return escape("leads (through a symbolic link)");
-      resolved.pop_back();
-      continue;
-    }
-    const std::string candidate = current() + "/" + part;
-    struct stat st;
-    if (::lstat(candidate.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
-      resolved.push_back(std::move(part));  // a missing one fails at open, inside the root
-      continue;
-    }
-    if (++links > 40) return escape("has too many symbolic links; it may lead");
-    std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
-    const ssize_t n = ::readlink(candidate.c_str(), target.data(), target.size());
-    if (n < 0 || static_cast<size_t>(n) >= target.size()) {
-      return escape("has an unreadable symbolic link; it may lead");
-    }
-    target.resize(static_cast<size_t>(n));
-    if (!target.empty() && target.front() == '/') {
-      // Absolute: allowed only when it names a place under the (canonical) root, without "..".
-      if (target.compare(0, base.size(), base) != 0 ||
-          (target.size() > base.size() && target[base.size()] != '/') ||
-          target.find("/..") != std::string::npos) {
-        return escape("leads through a symbolic link");
-      }
-      resolved.clear();
-      target.erase(0, base.size());
-    }
-    std::vector<std::string> more = components(target);
-    for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(std::move(*it));
-  }
-  return current();
-}
+namespace {
 
-Result<std::vector<std::string>> list_dir(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (dir == nullptr) return errno_status(errno, "list directory", path);
+// The names in an open directory (no . and ..); closes it.
+std::vector<std::string> entries_of(DIR* dir) {
   std::vector<std::string> out;
   while (struct dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
@@ -261,42 +204,252 @@ Result<std::vector<std::string>> list_dir(const std::string& path) {
   return out;
 }
 
-Result<ReadFile> ReadFile::open(const std::string& path) {
-  ReadFile file;
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (file.fd_ < 0) return errno_status(errno, "open", path);
-  file.path_ = path;
-  struct stat st;
-  if (::fstat(file.fd_, &st) != 0) return errno_status(errno, "stat", path);
-  TSR_RETURN_IF_ERROR(require_regular(st, path));
-  file.size_ = static_cast<uint64_t>(st.st_size);
-  return file;
-}
+}  // namespace
 
-ReadFile::~ReadFile() {
+UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-ReadFile::ReadFile(ReadFile&& other) noexcept {
-  *this = std::move(other);
-}
-
-ReadFile& ReadFile::operator=(ReadFile&& other) noexcept {
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    size_ = other.size_;
-    path_ = std::move(other.path_);
-    other.fd_ = -1;
+    fd_ = other.release();
   }
   return *this;
+}
+
+int UniqueFd::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+namespace {
+
+// A realpath() confined to `base`, walked through directory descriptors: dirs[i + 1] is the
+// directory resolved[i], held open, so a ".." from a link target pops a real component and
+// nothing outside `base` is ever looked at. Ends with the last component in `leaf`.
+class RootWalk {
+ public:
+  RootWalk(std::string base, UniqueFd root, std::string_view name, const std::string& shown_root)
+      : base_(std::move(base)), name_(name), shown_root_(shown_root) {
+    dirs_.push_back(std::move(root));
+    todo_ = components(name);
+    std::reverse(todo_.begin(), todo_.end());  // a stack: next component at the back
+  }
+
+  // On success: dir() holds leaf(); missing() when a directory on the way does not exist.
+  Status run();
+  std::string path() const {
+    std::string p = base_;
+    for (const auto& c : resolved_) p += "/" + c;
+    return leaf_.empty() ? p : p + "/" + leaf_;
+  }
+  UniqueFd take_dir() { return std::move(dirs_.back()); }
+  const std::string& leaf() const { return leaf_; }
+  bool missing() const { return missing_; }
+
+ private:
+  Status escape(const std::string& why) const {
+    return data_loss("file name '" + escaped(name_) + "' " + why +
+                     " outside the checkpoint directory '" + shown_root_ + "'; refused");
+  }
+  Status step(const std::string& part);
+  Status follow(const std::string& part, const struct stat& st);
+
+  std::string base_;
+  std::string_view name_;
+  const std::string& shown_root_;
+  std::vector<UniqueFd> dirs_;
+  std::vector<std::string> resolved_, todo_;
+  std::string leaf_;
+  bool missing_ = false;
+  int links_ = 0;
+};
+
+Status RootWalk::run() {
+  while (!todo_.empty() && !missing_) {
+    const std::string part = std::move(todo_.back());
+    todo_.pop_back();
+    TSR_RETURN_IF_ERROR(step(part));
+  }
+  if (missing_) {
+    // Nothing below a missing directory exists: the rest is joined as it is and fails at open.
+    for (auto it = todo_.rbegin(); it != todo_.rend(); ++it) leaf_ += "/" + *it;
+    return Status();
+  }
+  if (leaf_.empty()) {
+    // The name ended at a directory (a link target ending in ".." or "."): name it by its parent.
+    if (resolved_.empty()) {
+      leaf_ = ".";
+    } else {
+      leaf_ = std::move(resolved_.back());
+      resolved_.pop_back();
+      dirs_.pop_back();
+    }
+  }
+  return Status();
+}
+
+Status RootWalk::step(const std::string& part) {
+  if (part == ".") return Status();
+  if (part == "..") {
+    if (resolved_.empty()) return escape("leads (through a symbolic link)");
+    resolved_.pop_back();
+    dirs_.pop_back();
+    return Status();
+  }
+  const int parent = dirs_.back().get();
+  struct stat st;
+  if (::fstatat(parent, part.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno != ENOENT) return errno_status(errno, "stat", path() + "/" + part);
+    missing_ = !todo_.empty();  // a missing last component fails at open, inside the root
+    leaf_ = part;
+    return Status();
+  }
+  if (S_ISLNK(st.st_mode)) return follow(part, st);
+  if (todo_.empty()) {
+    leaf_ = part;  // opened later, relative to its directory, with O_NOFOLLOW
+    return Status();
+  }
+  UniqueFd next(::openat(parent, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (next.get() < 0) {
+    // ENOTDIR also when it was swapped for a link since the fstatat: refused, never followed.
+    if (errno == ENOENT) {
+      missing_ = true;
+      leaf_ = part;
+      return Status();
+    }
+    return errno_status(errno, "open", path() + "/" + part);
+  }
+  dirs_.push_back(std::move(next));
+  resolved_.push_back(part);
+  return Status();
+}
+
+Status RootWalk::follow(const std::string& part, const struct stat& st) {
+  if (++links_ > 40) return escape("has too many symbolic links; it may lead");
+  std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+  const ssize_t n = ::readlinkat(dirs_.back().get(), part.c_str(), target.data(), target.size());
+  if (n < 0 || static_cast<size_t>(n) >= target.size()) {
+    return escape("has an unreadable symbolic link; it may lead");
+  }
+  target.resize(static_cast<size_t>(n));
+  if (!target.empty() && target.front() == '/') {
+    // Absolute: allowed only when it names a place under the (canonical) root, without "..".
+    if (target.compare(0, base_.size(), base_) != 0 ||
+        (target.size() > base_.size() && target[base_.size()] != '/') ||
+        target.find("/..") != std::string::npos) {
+      return escape("leads through a symbolic link");
+    }
+    resolved_.clear();
+    dirs_.resize(1);
+    target.erase(0, base_.size());
+  }
+  std::vector<std::string> more = components(target);
+  for (auto it = more.rbegin(); it != more.rend(); ++it) todo_.push_back(std::move(*it));
+  return Status();
+}
+
+}  // namespace
+
+Result<NameInRoot> resolve_in_root(const std::string& root, std::string_view name) {
+  TSR_RETURN_IF_ERROR(check_relative_name(name));
+  std::error_code ec;
+  // "" is the current directory, as in join("", name).
+  std::string base = std::filesystem::canonical(root.empty() ? "." : root, ec).string();
+  if (ec) return errno_status(ec.value(), "open checkpoint directory", root);
+  UniqueFd root_fd(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (root_fd.get() < 0) return errno_status(errno, "open checkpoint directory", root);
+  RootWalk walk(std::move(base), std::move(root_fd), name, root);
+  TSR_RETURN_IF_ERROR(walk.run());
+  NameInRoot out;
+  out.name_ = std::string(name);
+  out.path_ = walk.path();
+  out.leaf_ = walk.leaf();
+  out.missing_ = walk.missing();
+  out.dir_ = walk.take_dir();
+  return out;
+}
+
+UniqueFd NameInRoot::open_leaf(int flags, const char* what, Status* error) const {
+  if (missing_) {
+    *error = errno_status(ENOENT, what, path_);
+    return UniqueFd();
+  }
+  UniqueFd fd(::openat(dir_.get(), leaf_.c_str(), flags | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() >= 0) return fd;
+  if (errno == ELOOP) {
+    *error = data_loss("file name '" + escaped(name_) + "' ('" + path_ +
+                       "') is a symbolic link now, not when it was checked; refused");
+  } else {
+    *error = errno_status(errno, what, path_);
+  }
+  return fd;
+}
+
+Result<ReadFile> NameInRoot::open() const {
+  Status error;
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; ReadFile refuses it.
+  UniqueFd fd = open_leaf(O_RDONLY | O_NONBLOCK, "open", &error);
+  if (fd.get() < 0) return error;
+  return ReadFile::adopt(std::move(fd), path_);
+}
+
+Result<std::vector<std::string>> NameInRoot::list() const {
+  Status error;
+  UniqueFd fd = open_leaf(O_RDONLY | O_DIRECTORY, "list directory", &error);
+  if (fd.get() < 0) return error;
+  DIR* dir = ::fdopendir(fd.get());
+  if (dir == nullptr) return errno_status(errno, "list directory", path_);
+  fd.release();  // owned by `dir` now
+  return entries_of(dir);
+}
+
+Result<std::string> path_in_root(const std::string& root, std::string_view name) {
+  TSR_ASSIGN_OR_RETURN(NameInRoot resolved, resolve_in_root(root, name));
+  return resolved.path();
+}
+
+Result<ReadFile> open_in_root(const std::string& root, std::string_view name) {
+  TSR_ASSIGN_OR_RETURN(NameInRoot resolved, resolve_in_root(root, name));
+  return resolved.open();
+}
+
+Result<std::string> read_in_root(const std::string& root, std::string_view name,
+                                 uint64_t max_bytes) {
+  TSR_ASSIGN_OR_RETURN(ReadFile file, open_in_root(root, name));
+  return read_whole(file, max_bytes);
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return errno_status(errno, "list directory", path);
+  return entries_of(dir);
+}
+
+Result<ReadFile> ReadFile::open(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return errno_status(errno, "open", path);
+  return adopt(std::move(fd), path);
+}
+
+Result<ReadFile> ReadFile::adopt(UniqueFd fd, std::string path) {
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "stat", path);
+  TSR_RETURN_IF_ERROR(require_regular(st, path));
+  ReadFile file;
+  file.fd_ = std::move(fd);
+  file.size_ = static_cast<uint64_t>(st.st_size);
+  file.path_ = std::move(path);
+  return file;
 }
 
 Status ReadFile::read_at(uint64_t offset, void* dst, size_t bytes) const {
   size_t done = 0;
   while (done < bytes) {
-    ssize_t n = ::pread(fd_, static_cast<char*>(dst) + done, bytes - done,
+    ssize_t n = ::pread(fd_.get(), static_cast<char*>(dst) + done, bytes - done,
                         static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_status(errno, "read", path_);

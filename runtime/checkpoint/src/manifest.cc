@@ -129,8 +129,7 @@ std::string manifest_to_json(const Manifest& manifest) {
 
 Result<Manifest> read_manifest(const std::string& root, int64_t step) {
   const std::string rel = step_dir_name(step) + "/manifest.json";
-  TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root, rel));
-  auto text = fs::read_file(path, kMaxManifestBytes);
+  auto text = fs::read_in_root(root, rel, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   TSR_ASSIGN_OR_RETURN(Manifest m, parse_manifest(*text, "'" + rel + "'"));
   if (m.step != step) {
@@ -145,8 +144,7 @@ Result<int64_t> read_latest(const std::string& root) {
   if (::lstat(shown.c_str(), &st) != 0 && errno == ENOENT) {
     return not_found("no 'latest' in '" + root + "'");
   }
-  TSR_ASSIGN_OR_RETURN(const std::string path, fs::path_in_root(root, "latest"));
-  auto read = fs::read_file(path, kMaxLatestBytes);
+  auto read = fs::read_in_root(root, "latest", kMaxLatestBytes);
   if (!read.ok()) {
     if (read.status().code() == StatusCode::kNotFound) return read.status();
     return data_loss("'" + shown + "' is not a step name: " + read.status().message());
@@ -173,10 +171,9 @@ Result<int64_t> read_latest(const std::string& root) {
 Result<int64_t> read_latest_committed(const std::string& root) {
   TSR_ASSIGN_OR_RETURN(const int64_t step, read_latest(root));
   const std::string rel = step_dir_name(step) + "/manifest.json";
-  auto path = fs::path_in_root(root, rel);
-  if (!path.ok()) return path.status().with_context("'" + fs::join(root, "latest") + "'");
-  struct stat st;
-  if (::stat(path->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  auto manifest = fs::resolve_in_root(root, rel);
+  if (!manifest.ok()) return manifest.status().with_context("'" + fs::join(root, "latest") + "'");
+  if (!manifest->open().ok()) {
     return data_loss("'" + fs::join(root, "latest") + "' names " + step_dir_name(step) +
                      ", which has no " + rel + " (a `latest` naming no checkpoint)");
   }
@@ -216,21 +213,22 @@ Status check_files(const std::string& root, const Manifest& manifest) {
   for (const auto& f : manifest.files) {
     listed.insert(f.name);
     // Inside the root before anything is stat()ed: the error must not tell an outside file's size.
-    auto path = fs::path_in_root(root, f.name);
-    if (!path.ok()) return path.status().with_context("step " + std::to_string(manifest.step));
-    auto size = fs::file_size(*path);
-    if (!size.ok()) {
+    auto name = fs::resolve_in_root(root, f.name);
+    if (!name.ok()) return name.status().with_context("step " + std::to_string(manifest.step));
+    auto file = name->open();
+    if (!file.ok()) {
       return data_loss("step " + std::to_string(manifest.step) + ": shard '" + f.name +
-                       "' is missing (" + size.status().message() + ")");
+                       "' is missing (" + file.status().message() + ")");
     }
-    if (*size != f.size) {
-      return data_loss("shard '" + f.name + "' has " + std::to_string(*size) +
+    const uint64_t size = file->size();
+    if (size != f.size) {
+      return data_loss("shard '" + f.name + "' has " + std::to_string(size) +
                        " bytes, manifest says " + std::to_string(f.size) +
-                       (*size < f.size ? " (truncated)" : ""));
+                       (size < f.size ? " (truncated)" : ""));
     }
   }
-  TSR_ASSIGN_OR_RETURN(const std::string dir_path, fs::path_in_root(root, dir));
-  TSR_ASSIGN_OR_RETURN(std::vector<std::string> names, fs::list_dir(dir_path));
+  TSR_ASSIGN_OR_RETURN(const fs::NameInRoot step_dir, fs::resolve_in_root(root, dir));
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> names, step_dir.list());
   for (const auto& name : names) {
     if (name == "manifest.json") continue;
     if (!listed.count(dir + "/" + name)) {

@@ -1,6 +1,7 @@
 // parse_manifest: a manifest is untrusted input (its checksum is no signature), so every value a
 // reader sizes memory, loops or opens files by is checked here, naming the field.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -215,9 +216,18 @@ Result<TensorRecord> tensor_from(const Json& t, int64_t world, const std::string
   }
   if (t.contains("placement")) {
     const Json& p = t.at("placement");
-    r.placement = Placement{p.at("tp_dim").get<int>(), p.at("zero_dim").get<int>(),
-                            p.at("zero_stage").get<int>(), p.at("layer").get<int>(),
-                            p.value("expert_dim", -1)};
+    // int_field, not get<int>(): 2^32 + 1 would become 1 and pass check_placement.
+    auto field = [&](const char* key) { return int_field(p, key, INT_MIN, INT_MAX, where); };
+    TSR_ASSIGN_OR_RETURN(const int64_t tp_dim, field("tp_dim"));
+    TSR_ASSIGN_OR_RETURN(const int64_t zero_dim, field("zero_dim"));
+    TSR_ASSIGN_OR_RETURN(const int64_t zero_stage, field("zero_stage"));
+    TSR_ASSIGN_OR_RETURN(const int64_t layer, field("layer"));
+    int64_t expert_dim = -1;
+    if (p.contains("expert_dim")) {
+      TSR_ASSIGN_OR_RETURN(expert_dim, field("expert_dim"));
+    }
+    r.placement =
+        Placement{int(tp_dim), int(zero_dim), int(zero_stage), int(layer), int(expert_dim)};
     TSR_RETURN_IF_ERROR(check_placement(*r.placement, r.shape.size(), where));
   }
   return r;
