@@ -1,5 +1,7 @@
 #include "layout.h"
 
+#include <climits>
+
 #include <nlohmann/json.hpp>
 
 #include "tessera/common/env.h"
@@ -19,6 +21,33 @@ std::string plan_text(const TrainPlan& plan) {
   }
   return s;
 }
+
+namespace {
+
+// tp*pp*dp within kMaxPlanRanks (each degree is at most kMaxPlanDegree: no int64 overflow).
+Status check_world(const TrainPlan& plan, const std::string& where) {
+  const int64_t world = int64_t{plan.tp} * plan.pp * plan.dp;
+  if (world > kMaxPlanRanks) {
+    return invalid_argument(where + ": tp*pp*dp = " + std::to_string(world) + " ranks, more than " +
+                            std::to_string(kMaxPlanRanks));
+  }
+  return Status();
+}
+
+// A JSON integer in [lo, hi] (lo >= 0), else an error naming `what` and the value.
+Result<int> bounded_int(const nlohmann::json& v, const std::string& what, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return invalid_argument(what + " is not an integer");
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo
+                        : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!fits) {
+    return invalid_argument(what + " = " + v.dump() + " is not in " + std::to_string(lo) + ".." +
+                            std::to_string(hi));
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+}  // namespace
 
 Result<TrainPlan> parse_plan(std::string_view text) {
   TrainPlan plan;
@@ -42,7 +71,10 @@ Result<TrainPlan> parse_plan(std::string_view text) {
         size_t e = v.find('+', s);
         if (e == std::string::npos) e = v.size();
         auto n = env::parse_int(v.substr(s, e - s));
-        if (!n.ok() || *n < 1) return invalid_argument("plan: stages '" + v + "' malformed");
+        if (!n.ok() || *n < 1 || *n > kMaxPlanDegree) {
+          return invalid_argument("plan: stages '" + v + "' malformed (counts in 1.." +
+                                  std::to_string(kMaxPlanDegree) + ")");
+        }
         plan.stage_blocks.push_back(int(*n));
         s = e + 1;
       }
@@ -52,6 +84,16 @@ Result<TrainPlan> parse_plan(std::string_view text) {
     if (!n.ok() || *n < 0) {
       return invalid_argument("plan: " + k + "='" + v + "' is not a non-negative integer");
     }
+    if (k != "tp" && k != "pp" && k != "dp" && k != "zero" && k != "mbs") {
+      return invalid_argument("plan: unknown key '" + k + "' (tp, pp, dp, zero, mbs, stages)");
+    }
+    // Degrees at least 1 (0 is refused here, not later as an empty job); zero and mbs from 0.
+    const int64_t min = k == "zero" || k == "mbs" ? 0 : 1;
+    const int64_t max = k == "zero" ? 3 : k == "mbs" ? INT_MAX : kMaxPlanDegree;
+    if (*n < min || *n > max) {
+      return invalid_argument("plan: " + k + "=" + v + " is not in " + std::to_string(min) + ".." +
+                              std::to_string(max));
+    }
     if (k == "tp") {
       plan.tp = int(*n);
     } else if (k == "pp") {
@@ -60,12 +102,11 @@ Result<TrainPlan> parse_plan(std::string_view text) {
       plan.dp = int(*n);
     } else if (k == "zero") {
       plan.zero = int(*n);
-    } else if (k == "mbs") {
-      plan.mbs = *n;
     } else {
-      return invalid_argument("plan: unknown key '" + k + "' (tp, pp, dp, zero, mbs, stages)");
+      plan.mbs = *n;
     }
   }
+  TSR_RETURN_IF_ERROR(check_world(plan, "plan '" + std::string(text) + "'"));
   return plan;
 }
 
@@ -81,29 +122,31 @@ Result<TrainPlan> plan_from_json(std::string_view json_text, std::string_view so
   }
   if (!j.is_object()) return invalid_argument(where + ": expected an object with tp, pp, dp");
   plan::Plan p;
-  auto get = [&](const char* k, int* out) -> Status {
+  // An integer field in [lo, hi]: a value from a file is refused, never truncated into an int.
+  auto get = [&](const char* k, int64_t lo, int64_t hi, int* out) -> Status {
     if (!j.contains(k)) return Status();
-    if (!j[k].is_number_integer()) return invalid_argument(where + ": field '" + k + "' not int");
-    *out = j[k].get<int>();
+    TSR_ASSIGN_OR_RETURN(*out, bounded_int(j[k], where + ": field '" + k + "'", lo, hi));
     return Status();
   };
-  TSR_RETURN_IF_ERROR(get("tp", &p.tp));
-  TSR_RETURN_IF_ERROR(get("pp", &p.pp));
-  TSR_RETURN_IF_ERROR(get("dp", &p.dp));
-  TSR_RETURN_IF_ERROR(get("cp", &p.cp));
-  TSR_RETURN_IF_ERROR(get("ep", &p.ep));
-  TSR_RETURN_IF_ERROR(get("vp", &p.vp));
-  TSR_RETURN_IF_ERROR(get("mbs", &p.mbs));
-  TSR_RETURN_IF_ERROR(get("zero", &p.zero));
-  if (j.contains("sp") && j["sp"].is_number_integer()) p.sp = j["sp"].get<int>() != 0;
+  TSR_RETURN_IF_ERROR(get("tp", 1, kMaxPlanDegree, &p.tp));
+  TSR_RETURN_IF_ERROR(get("pp", 1, kMaxPlanDegree, &p.pp));
+  TSR_RETURN_IF_ERROR(get("dp", 1, kMaxPlanDegree, &p.dp));
+  TSR_RETURN_IF_ERROR(get("cp", 1, kMaxPlanDegree, &p.cp));
+  TSR_RETURN_IF_ERROR(get("ep", 1, kMaxPlanDegree, &p.ep));
+  TSR_RETURN_IF_ERROR(get("vp", 1, kMaxPlanDegree, &p.vp));
+  TSR_RETURN_IF_ERROR(get("mbs", 0, INT_MAX, &p.mbs));
+  TSR_RETURN_IF_ERROR(get("zero", 0, 3, &p.zero));
+  if (j.contains("sp") && j["sp"].is_number_integer()) p.sp = j["sp"].get<int64_t>() != 0;
   if (j.contains("stage_layers") && j["stage_layers"].is_array()) {
     for (const auto& v : j["stage_layers"]) {
-      if (!v.is_number_integer()) return invalid_argument(where + ": stage_layers not ints");
-      p.stage_blocks.push_back(v.get<int>());
+      TSR_ASSIGN_OR_RETURN(const int blocks,
+                           bounded_int(v, where + ": stage_layers entry", 1, kMaxPlanDegree));
+      p.stage_blocks.push_back(blocks);
     }
   }
   auto out = plan_from_planner(p);
   if (!out.ok()) return out.status().with_context(where);
+  TSR_RETURN_IF_ERROR(check_world(*out, where));
   return out;
 }
 

@@ -26,6 +26,12 @@ struct TrainPlan {
   int world() const { return tp * pp * dp; }
 };
 
+// What a plan read from a flag or a file may hold: each of tp, pp, dp in 1..kMaxPlanDegree with
+// tp*pp*dp <= kMaxPlanRanks (so world() cannot overflow), zero 0..3, mbs >= 0, stage entries in
+// 1..kMaxPlanDegree. Larger values are refused by name, never truncated into an int.
+inline constexpr int64_t kMaxPlanDegree = int64_t{1} << 20;
+inline constexpr int64_t kMaxPlanRanks = int64_t{1} << 24;
+
 // "tp=2 pp=2 dp=1 zero=0 mbs=4 stages=2,2"
 std::string plan_text(const TrainPlan& plan);
 // "tp=2,pp=2,dp=1,zero=1,mbs=4,stages=2+2" (any subset; others keep their defaults).

@@ -56,6 +56,14 @@ TEST(Calibration, JsonRoundTripsTheMeasuredFigures) {
   EXPECT_EQ(calibration_to_json(*back), calibration_to_json(c));
 }
 
+// Found by the planner_input fuzz target (tests/fuzz/regressions/planner_input): an optional
+// string of another type threw json::type_error out of calibration_from_json.
+TEST(Calibration, AStringFieldOfAnotherTypeIsAnErrorNamingIt) {
+  auto c = calibration_from_json(R"({"version": 1, "backend": 7, "devices": 1})", "cal.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "cal.json: field 'backend' must be a string, got 7");
+}
+
 TEST(Calibration, BadFilesNameTheFileAndTheField) {
   auto missing = calibration_from_json(R"({"version": 1, "devices": 1, "memory_gib": 8,
                                            "gemm": []})",

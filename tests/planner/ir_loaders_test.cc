@@ -26,6 +26,23 @@ constexpr const char* kMixtral = R"({
   "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8,
   "num_experts_per_tok": 2, "hidden_act": "silu", "tie_word_embeddings": false})";
 
+// Found by the ir_model_json fuzz target (tests/fuzz/regressions/ir_model_json): a string field
+// holding another type threw json::type_error out of the loader (std::terminate).
+TEST(LayerList, AStringFieldOfAnotherTypeIsAnErrorNamingIt) {
+  auto act = model_from_layer_list(
+      R"({"hidden": 32, "layers": [{"type": "moe", "ffn": 64, "experts": 4, "top_k": 1,
+                                    "activation": 10}]})",
+      "m.json");
+  ASSERT_FALSE(act.ok());
+  EXPECT_EQ(act.status().message(),
+            "m.json: layers[0]: field 'activation' must be a string, got 10");
+  auto norm = model_from_layer_list(
+      R"({"hidden": 32, "layers": [{"type": "norm", "norm": ["rmsnorm"]}]})", "m.json");
+  ASSERT_FALSE(norm.ok());
+  EXPECT_NE(norm.status().message().find("field 'norm' must be a string"), std::string::npos);
+  EXPECT_FALSE(model_from_layer_list(R"({"hidden": 32, "layers": [{"type": 5}]})", "m.json").ok());
+}
+
 TEST(HfConfig, Gpt2SmallHasItsPublished124MParameters) {
   auto m = model_from_hf_config(kGpt2Small, "config.json");
   ASSERT_TRUE(m.ok()) << m.status().to_string();

@@ -76,6 +76,15 @@ TEST(TopologyJson, MalformedJsonNamesTheFile) {
   EXPECT_EQ(message.find('\n'), std::string::npos);
 }
 
+// Found by the topology_json fuzz target (tests/fuzz/regressions/topology_json): a number beyond
+// double's range made nlohmann throw out_of_range, which only parse_error was caught for.
+TEST(TopologyJson, ANumberBeyondDoubleIsMalformedJsonNotACrash) {
+  auto parsed = from_json(R"({"version": 33e33098})", "huge.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("huge.json: not valid JSON"), std::string::npos)
+      << parsed.status().message();
+}
+
 TEST(TopologyJson, WrongVersionSaysWhichVersionIsExpected) {
   EXPECT_EQ(error_of(replace(valid_text(), "\"version\": 1", "\"version\": 7")),
             "node.json: field 'version': expected 1 (this Tessera reads topology schema 1, the "

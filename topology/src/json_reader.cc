@@ -15,7 +15,7 @@ bool JsonReader::parse(std::string_view text, Json& out) {
   try {
     out = Json::parse(text);
     return true;
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (a number > 1e308)
     status_ = invalid_argument(source_ + ": not valid JSON: " + e.what());
     return false;
   }

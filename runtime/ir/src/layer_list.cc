@@ -52,6 +52,18 @@ struct Parser {
     return fallback;
   }
 
+  // A string field of `layer`, `fallback` when absent; another type is an error naming it (not a
+  // json::type_error escaping the loader).
+  Result<std::string> text(const Json& layer, const std::string& where, const char* key,
+                           const char* fallback) const {
+    if (!layer.contains(key)) return std::string(fallback);
+    if (!layer[key].is_string()) {
+      return invalid_argument(source + ": " + where + ": field '" + key +
+                              "' must be a string, got " + layer[key].dump());
+    }
+    return layer[key].get<std::string>();
+  }
+
   Result<Layer> layer(const Json& j, const std::string& where) const {
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
       return invalid_argument(source + ": " + where + ": field 'type' missing");
@@ -81,7 +93,7 @@ struct Parser {
     } else if (type == "mlp" || type == "moe") {
       l.kind = type == "mlp" ? LayerKind::kMlp : LayerKind::kMoe;
       TSR_ASSIGN_OR_RETURN(l.ffn, integer(j, where, "ffn", 4 * l.hidden));
-      const std::string act = j.value("activation", std::string("gelu"));
+      TSR_ASSIGN_OR_RETURN(const std::string act, text(j, where, "activation", "gelu"));
       if (act != "gelu" && act != "swiglu") {
         return invalid_argument(source + ": " + where + ": activation '" + act +
                                 "' is not gelu or swiglu");
@@ -93,7 +105,7 @@ struct Parser {
       }
     } else if (type == "norm") {
       l.kind = LayerKind::kNorm;
-      const std::string norm = j.value("norm", std::string("layernorm"));
+      TSR_ASSIGN_OR_RETURN(const std::string norm, text(j, where, "norm", "layernorm"));
       if (norm != "layernorm" && norm != "rmsnorm") {
         return invalid_argument(source + ": " + where + ": norm '" + norm +
                                 "' is not layernorm or rmsnorm");
@@ -116,7 +128,8 @@ struct Parser {
     size_t post_start = layers.size();
     while (post_start > 0) {
       const Json& j = layers[post_start - 1];
-      const std::string type = j.is_object() ? j.value("type", std::string()) : "";
+      const bool named = j.is_object() && j.contains("type") && j["type"].is_string();
+      const std::string type = named ? j["type"].get<std::string>() : "";
       if (type != "lm_head" && type != "norm") break;
       --post_start;
     }

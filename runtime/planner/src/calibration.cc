@@ -124,11 +124,20 @@ Result<Calibration> calibration_from_json(std::string_view text, std::string_vie
     return invalid_argument(source + ": field 'version' must be 1, got " +
                             (j.contains("version") ? j["version"].dump() : "nothing"));
   }
+  // Optional strings; another type is an error naming the field (json::value would throw).
+  auto string_field = [&](const char* field, const char* fallback) -> Result<std::string> {
+    if (!j.contains(field)) return std::string(fallback);
+    if (!j[field].is_string()) {
+      return invalid_argument(source + ": field '" + field + "' must be a string, got " +
+                              j[field].dump());
+    }
+    return j[field].get<std::string>();
+  };
   Calibration c;
-  c.backend = j.value("backend", "");
-  c.device = j.value("device", "");
-  c.dtype = j.value("dtype", "f32");
-  c.measured_at = j.value("measured_at", "");
+  TSR_ASSIGN_OR_RETURN(c.backend, string_field("backend", ""));
+  TSR_ASSIGN_OR_RETURN(c.device, string_field("device", ""));
+  TSR_ASSIGN_OR_RETURN(c.dtype, string_field("dtype", "f32"));
+  TSR_ASSIGN_OR_RETURN(c.measured_at, string_field("measured_at", ""));
   TSR_ASSIGN_OR_RETURN(double devices, positive(j, "devices"));
   c.devices = static_cast<int>(devices);
   TSR_ASSIGN_OR_RETURN(c.memory_gib, positive(j, "memory_gib"));

@@ -52,7 +52,13 @@ Result<std::vector<Phase>> parse_phases(std::string_view text, std::string_view 
       return p[key].get<int64_t>();
     };
     Phase phase;
-    phase.name = p.is_object() ? p.value("name", "phase " + std::to_string(i)) : "";
+    phase.name = "phase " + std::to_string(i);
+    if (p.is_object() && p.contains("name")) {
+      // json::value would throw type_error for a name of another type.
+      if (!p["name"].is_string())
+        return invalid_argument(where + ": field 'name' must be a string");
+      phase.name = p["name"].get<std::string>();
+    }
     TSR_ASSIGN_OR_RETURN(phase.steps, integer("steps", true));
     TSR_ASSIGN_OR_RETURN(phase.workload.global_batch, integer("global_batch", true));
     TSR_ASSIGN_OR_RETURN(phase.workload.seq_len, integer("seq_len", true));
