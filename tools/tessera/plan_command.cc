@@ -11,13 +11,12 @@
 #include "calibrate.h"
 #include "commands.h"
 #include "format.h"
-#include "tessera/common/env.h"
 #include "tessera/common/untrusted.h"
 #include "tessera/ir/loaders.h"
 #include "tessera/plan/calibration.h"
 #include "tessera/plan/explain.h"
 #include "tessera/plan/replan.h"
-#include "tessera/plan/report_json.h"
+#include "tessera/plan/request.h"
 #include "tessera/plan/search.h"
 #include "tessera/plan/timeline.h"
 
@@ -42,15 +41,6 @@ template <typename T>
 T check(Result<T> result) {
   if (!result.ok()) fail(result.status().message());
   return std::move(result).value();
-}
-
-// An integer flag in 1..max (the planner's limits, plan.h / cluster.h).
-int64_t positive(const std::string& flag, const std::string& text, int64_t max) {
-  auto v = env::parse_int(text);
-  if (!v.ok() || *v < 1 || *v > max) {
-    fail(flag + " must be an integer in 1.." + std::to_string(max) + ", got '" + text + "'");
-  }
-  return *v;
 }
 
 std::string fixed(double v, int digits) {
@@ -101,44 +91,27 @@ void run_plan(const PlanOptions& o) {
     run_calibrate(o);
     if (o.model.empty()) return;
   }
-  if (o.model.empty()) fail("--model is required (a preset or a config.json / layer list)");
-  std::optional<plan::Calibration> calibration;
-  if (!o.calibration.empty() || o.calibrate) {
-    calibration = check(plan::load_calibration(o.calibrate ? o.calibration_out : o.calibration));
-  }
-  if (o.cluster.empty() && !calibration) {
-    fail("--cluster is required (a preset or a cluster JSON), or --calibration FILE");
-  }
-  if (o.phases.empty() && o.global_batch.empty()) fail("--global-batch is required");
-  if (o.phases.empty() && o.seq_len.empty()) fail("--seq-len is required");
-  if (o.dtype != "bf16" && o.dtype != "fp16")
-    fail("--dtype must be bf16 or fp16, got '" + o.dtype + "'");
-  const ir::Model model = check(ir::load_model(o.model));
-  plan::ClusterSpec cluster = o.cluster.empty()
-                                  ? plan::cluster_from_calibration(*calibration)
-                                  : check(plan::load_cluster(o.cluster, calibration.has_value()));
-  if (!o.devices.empty())
-    cluster =
-        check(plan::with_devices(cluster, positive("--devices", o.devices, plan::kMaxDevices)));
-  plan::SearchConstraints constraints;
-  if (Status s = plan::parse_fixes(o.fix, &constraints); !s.ok()) fail(s.message());
-  constraints.top = static_cast<int>(positive("--top", o.top, 1 << 20));
-  if (o.attention != "flash" && o.attention != "materialized") {
-    fail("--attention must be flash or materialized, got '" + o.attention + "'");
-  }
-  plan::CostOptions options;
-  options.flash_attention = o.attention == "flash";
-  if (calibration) plan::apply_calibration(*calibration, &cluster, &options);
-  const plan::Dtype dtype = o.dtype == "fp16" ? plan::Dtype::kFp16 : plan::Dtype::kBf16;
-  if (!o.phases.empty()) {
-    const auto report =
-        check(plan::replan_phases_file(model, cluster, dtype, o.phases, constraints, options));
-    std::cout << (o.json ? plan::phases_json(report) : plan::phases_text(report));
+  plan::PlanRequest request{.model = o.model,
+                            .cluster = o.cluster,
+                            .devices = o.devices,
+                            .global_batch = o.global_batch,
+                            .seq_len = o.seq_len,
+                            .dtype = o.dtype,
+                            .fix = o.fix,
+                            .top = o.top,
+                            .phases = o.phases,
+                            .attention = o.attention,
+                            .calibration = o.calibrate ? o.calibration_out : o.calibration};
+  const plan::PlanRun run = check(plan::run_plan_request(request));
+  if (run.phases) {
+    std::cout << (o.json ? plan::plan_run_json(run) : plan::phases_text(*run.phases));
     return;
   }
-  const plan::Workload w{positive("--global-batch", o.global_batch, plan::kMaxGlobalBatch),
-                         positive("--seq-len", o.seq_len, plan::kMaxSeqLen), dtype};
-  const plan::SearchResult r = check(plan::search_plans(model, cluster, w, constraints, options));
+  const ir::Model& model = run.model;
+  const plan::ClusterSpec& cluster = run.cluster;
+  const plan::Workload& w = run.workload;
+  const plan::SearchResult& r = run.result;
+  const plan::Dtype dtype = run.dtype;
   if (!o.timeline.empty()) {
     const plan::Estimate& best = r.plans.front();
     const std::string svg = plan::timeline_svg(best, plan::simulate_pipeline(best),
@@ -147,7 +120,7 @@ void run_plan(const PlanOptions& o) {
     if (!(file << svg)) fail(o.timeline + ": cannot write the timeline");
   }
   if (o.json) {
-    std::cout << plan::search_report_json(model, cluster, w, r) << "\n";
+    std::cout << plan::plan_run_json(run);
     return;
   }
   const plan::ClusterSpec& c = cluster;
@@ -169,7 +142,8 @@ void run_plan(const PlanOptions& o) {
             << " GiB, " << fixed(r.elapsed_ms, 1) << " ms\n\n"
             << plans_table(r.plans);
   if (o.explain) {
-    std::cout << plan::explanation_text(plan::explain_best(model, cluster, w, r.plans, options));
+    std::cout << plan::explanation_text(
+        plan::explain_best(model, cluster, w, r.plans, run.options));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "device_memory.h"
+#include "tessera/overlap/codec_host.h"
 
 namespace tessera::overlap {
 
@@ -128,7 +129,7 @@ struct TopKBuffers {
 class TopKCodec final : public Codec {
  public:
   static size_t k_for(const CodecOptions& options, size_t count) {
-    return std::clamp<size_t>(size_t(std::ceil(options.topk_ratio * double(count))), 1, count);
+    return topk_k(options.topk_ratio, count);
   }
   TopKCodec(const CodecOptions& options, size_t count, int world, TopKBuffers buffers)
       : count_(count),
@@ -204,74 +205,16 @@ class TopKCodec final : public Codec {
 
   // On the pinned copy of acc: the k largest |acc| as (index, value bits) into the first block of
   // `pairs`; with error feedback, the sent entries of acc become 0 (the new residual).
-  void encode() {
-    float* acc = dense();
-    int32_t* send = pairs();
-    // The k first in the order (|acc| descending, index ascending): a unique set on every run.
-    auto before = [acc](uint32_t a, uint32_t b) {
-      const float x = std::fabs(acc[a]), y = std::fabs(acc[b]);
-      return x > y || (x == y && a < b);
-    };
-    if (!select_candidates(acc)) {
-      order_.resize(count_);
-      std::iota(order_.begin(), order_.end(), uint32_t(0));
-    }
-    std::nth_element(order_.begin(), order_.begin() + ptrdiff_t(k_ - 1), order_.end(), before);
-    for (size_t j = 0; j < k_; ++j) {
-      const uint32_t i = order_[j];
-      float v = acc[i];
-      send[j] = int32_t(i);
-      std::memcpy(&send[k_ + j], &v, 4);
-    }
-    if (error_feedback_) {
-      for (size_t j = 0; j < k_; ++j) acc[order_[j]] = 0.0f;
-    }
-  }
-  // Large buckets: a threshold from a strided sample keeps about 2k candidates, and the exact
-  // top k are chosen among them (all of the top k are candidates whenever at least k are, since
-  // the k-th largest is then at or above the threshold). One pass instead of a selection over
-  // the whole bucket. False: too few candidates, select over everything.
-  bool select_candidates(const float* acc) {
-    constexpr size_t kSample = 1 << 14;
-    if (count_ < 16 * kSample || k_ * 8 > count_) return false;
-    const size_t stride = count_ / kSample;
-    sample_.resize(kSample);
-    for (size_t j = 0; j < kSample; ++j) sample_[j] = std::fabs(acc[j * stride]);
-    const size_t rank = std::min(kSample - 1, 2 * k_ * kSample / count_ + 1);
-    std::nth_element(sample_.begin(), sample_.begin() + ptrdiff_t(rank), sample_.end(),
-                     std::greater<float>());
-    const float threshold = sample_[rank];
-    order_.clear();
-    for (size_t i = 0; i < count_; ++i) {
-      if (std::fabs(acc[i]) >= threshold) order_.push_back(uint32_t(i));
-    }
-    return order_.size() >= k_;
-  }
-
+  void encode() { selector_.encode(dense(), count_, k_, error_feedback_, pairs()); }
   // Every rank sums the same pairs in the same (rank) order, so all get the same bits.
-  void decode(bool average) {
-    float* g = dense();
-    std::fill(g, g + count_, 0.0f);
-    for (int r = 0; r < world_; ++r) {
-      const int32_t* block = pairs() + size_t(r) * 2 * k_;
-      for (size_t j = 0; j < k_; ++j) {
-        float v;
-        std::memcpy(&v, &block[k_ + j], 4);
-        g[uint32_t(block[j])] += v;
-      }
-    }
-    if (average) {
-      for (size_t i = 0; i < count_; ++i) g[i] /= float(world_);
-    }
-  }
+  void decode(bool average) { topk_decode(pairs(), world_, k_, count_, average, dense()); }
 
   size_t count_;
   size_t k_;
   int world_;
   bool error_feedback_;
   TopKBuffers buf_;
-  std::vector<uint32_t> order_;  // candidate indices (host scratch of the selection)
-  std::vector<float> sample_;
+  TopKSelector selector_;  // host scratch of the selection
 };
 
 Result<std::unique_ptr<Codec>> make_topk(const CodecOptions& options, size_t count, int world,

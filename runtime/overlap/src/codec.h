@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/overlap/codec_host.h"
 #include "tessera/overlap/grad_sync.h"
 #include "trace.h"
 
@@ -103,7 +104,6 @@ Result<std::unique_ptr<Codec>> make_codec(const CodecOptions& options, DType dty
 // PowerSGD (powersgd.cc).
 Result<std::unique_ptr<Codec>> make_powersgd_codec(const CodecOptions& options, size_t count,
                                                    int world, int bucket, const CodecSetup& setup);
-// Whether PowerSGD of rank r compresses a bucket of `count` elements at all.
-bool powersgd_compresses(size_t count, int rank);
+// powersgd_compresses: tessera/overlap/codec_host.h.
 
 }  // namespace tessera::overlap

@@ -8,25 +8,16 @@
 // are deterministic and see identical P and Q on every rank, so every rank ends with the same
 // bits.
 #include <algorithm>
-#include <cmath>
-#include <random>
 
 #include "codec.h"
 #include "device_memory.h"
 #include "tessera/hal/gemm_desc.h"
+#include "tessera/overlap/codec_host.h"
 
 namespace tessera::overlap {
 namespace {
 
-struct Shape {
-  size_t rows, cols, rank;
-};
-
-Shape shape_for(size_t count, int rank) {
-  const size_t cols = std::max<size_t>(1, size_t(std::ceil(std::sqrt(double(count)))));
-  const size_t rows = (count + cols - 1) / cols;
-  return {rows, cols, std::min({size_t(std::max(rank, 1)), rows, cols})};
-}
+using Shape = PowerSgdShape;
 
 // Column-major GEMM descriptor C (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C, f32.
 tsr_gemm_desc gemm(int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, int trans_a,
@@ -142,20 +133,7 @@ class PowerSgdCodec final : public Codec {
 
   // Modified Gram-Schmidt on the columns of the staged P; a vanishing column becomes zero.
   void orthonormalise() {
-    float* p = static_cast<float*>(buf_.staged.data());
-    const size_t r = shape_.rank;
-    for (size_t j = 0; j < r; ++j) {
-      for (size_t prev = 0; prev < j; ++prev) {
-        double dot = 0;
-        for (size_t i = 0; i < shape_.rows; ++i) dot += double(p[i * r + j]) * p[i * r + prev];
-        for (size_t i = 0; i < shape_.rows; ++i) p[i * r + j] -= float(dot) * p[i * r + prev];
-      }
-      double norm = 0;
-      for (size_t i = 0; i < shape_.rows; ++i) norm += double(p[i * r + j]) * p[i * r + j];
-      norm = std::sqrt(norm);
-      const float inv = norm > 1e-30 ? float(1.0 / norm) : 0.0f;
-      for (size_t i = 0; i < shape_.rows; ++i) p[i * r + j] *= inv;
-    }
+    powersgd_orthonormalise(static_cast<float*>(buf_.staged.data()), shape_.rows, shape_.rank);
   }
 
   size_t count_;
@@ -167,14 +145,9 @@ class PowerSgdCodec final : public Codec {
 
 }  // namespace
 
-bool powersgd_compresses(size_t count, int rank) {
-  const Shape s = shape_for(count, rank);
-  return (s.rows + s.cols) * s.rank < count;
-}
-
 Result<std::unique_ptr<Codec>> make_powersgd_codec(const CodecOptions& options, size_t count,
                                                    int world, int bucket, const CodecSetup& setup) {
-  const Shape shape = shape_for(count, options.powersgd_rank);
+  const Shape shape = powersgd_shape(count, options.powersgd_rank);
   const size_t matrix = shape.rows * shape.cols * sizeof(float);
   const hal::Device& device = setup.device;
   const hal::Stream& stream = setup.stream;
@@ -192,10 +165,8 @@ Result<std::unique_ptr<Codec>> make_powersgd_codec(const CodecOptions& options, 
                                                       shape.rank * sizeof(float)));
   // The initial Q, the same on every rank, through the staging buffer (the engine synchronises
   // the stream before it is reused).
-  std::mt19937_64 rng(options.seed * 1000003u + uint64_t(bucket));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   float* q = static_cast<float*>(b.staged.data());
-  for (size_t i = 0; i < shape.cols * shape.rank; ++i) q[i] = normal(rng);
+  powersgd_initial_q(options.seed, bucket, shape.cols * shape.rank, q);
   TSR_RETURN_IF_ERROR(stream.copy(b.q.data(), q, shape.cols * shape.rank * sizeof(float)));
   return std::unique_ptr<Codec>(new PowerSgdCodec(options, count, world, shape, std::move(b)));
 }
