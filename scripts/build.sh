@@ -4,8 +4,8 @@
 # Usage: scripts/build.sh [default|asan|tsan|minimal] [extra cmake --build args...]
 #
 # TESSERA_CI=1 (set by .ci/run) builds the default preset with line tables only (-g1 instead of
-# -g): backtraces keep file and line, and the build is ~25% faster, which CI's 30-minute budget on
-# 2 cores needs. The sanitizer presets always use -g1.
+# -g): backtraces keep file and line, and the build is ~25% faster, which CI's 45-minute budget on
+# 2 cores needs (README.md). The sanitizer presets always use -g1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-default}"

@@ -20,7 +20,9 @@ core_packages=(build-essential cmake ninja-build pkg-config googletest libgtest-
                libbenchmark-dev)
 full_packages=(libhwloc-dev hwloc libucx-dev ucx-utils openmpi-bin libopenmpi-dev libze-dev libze1
                hipcc libamdhip64-dev libopenblas-dev libzstd-dev libxxhash-dev nlohmann-json3-dev
-               libcli11-dev clang-format clang-14 llvm-spirv-14 spirv-tools libpmix-dev iproute2)
+               libcli11-dev clang-format clang-14 libclang-rt-14-dev llvm-spirv-14 spirv-tools
+               libpmix-dev iproute2
+               python3-dev python3-pybind11 pybind11-dev python3-pytest python3-torch libtorch-dev)
 packages=("${core_packages[@]}")
 [ "$minimal" = 1 ] || packages+=("${full_packages[@]}")
 
