@@ -68,14 +68,10 @@ void check_options(const DemoOptions& o, bool fault_step_given) {
   }
 }
 
-void run_demo(const DemoOptions& o) {
-  const auto start = std::chrono::steady_clock::now();
-  auto spec = trainer::model_spec_preset(o.model_size);
-  if (!spec.ok()) fail(spec.status().message());
-  const std::string bin = self_dir(), launcher = bin + "/tessera", train = bin + "/tessera-train";
-  if (access(train.c_str(), X_OK) != 0) fail(train + " not found (build the tessera-train target)");
+// Empties the output folder of a previous demo's results and makes run/ and reference/.
+std::filesystem::path prepare_output(const std::string& folder) {
   std::error_code ec;
-  const std::filesystem::path out = std::filesystem::absolute(o.out);
+  const std::filesystem::path out = std::filesystem::absolute(folder);
   std::filesystem::remove_all(out / "run", ec);
   std::filesystem::remove_all(out / "reference", ec);
   for (const auto& entry : std::filesystem::directory_iterator(out, ec)) {  // a previous demo's
@@ -88,99 +84,113 @@ void run_demo(const DemoOptions& o) {
   std::filesystem::create_directories(out / "run", ec);
   std::filesystem::create_directories(out / "reference", ec);
   if (ec) fail(out.string() + ": cannot create the output folder: " + ec.message());
+  return out;
+}
 
-  std::printf(
-      "tessera demo: %d ranks, model %s (hidden %lld, %lld blocks, %lld classes), %lld "
-      "steps\n",
-      o.ranks, o.model_size.c_str(), (long long)spec->hidden, (long long)spec->blocks,
-      (long long)spec->classes, (long long)o.steps);
+// Probes the machine, plans both phases of the demo and draws the first plan's timeline.
+demo::DemoPlan probe_and_plan(const DemoOptions& o, const trainer::ModelSpec& spec,
+                              const std::filesystem::path& out) {
   auto probe = demo::probe_machine();
   if (!probe.ok()) fail(probe.status().message());
   std::printf("probe     %s, %u cores, f32 GEMM %.1f GFLOP/s (256^3, one thread pool)\n",
               probe->device.c_str(), probe->cores, probe->gemm_gflops);
-  auto plan = demo::plan_demo(o, *spec, *probe);
+  auto plan = demo::plan_demo(o, spec, *probe);
   if (!plan.ok()) fail(plan.status().message());
-  fit_microbatches(&plan->first, o.global_batch, spec->blocks);
-  fit_microbatches(&plan->second, plan->second_batch, spec->blocks);
+  fit_microbatches(&plan->first, o.global_batch, spec.blocks);
+  fit_microbatches(&plan->second, plan->second_batch, spec.blocks);
   std::printf("plan      %s now, %s from step %lld (batch %lld)\n",
               trainer::plan_text(plan->first).c_str(), trainer::plan_text(plan->second).c_str(),
               (long long)plan->switch_step + 1, (long long)plan->second_batch);
-  {
-    const plan::Estimate& e = plan->first_estimate;
-    std::ofstream svg(out / "plan-timeline.svg");
-    svg << plan::timeline_svg(e, plan::simulate_pipeline(e),
-                              "tessera demo: " + plan::plan_summary(e.plan) + " (predicted)");
+  const plan::Estimate& e = plan->first_estimate;
+  std::ofstream svg(out / "plan-timeline.svg");
+  svg << plan::timeline_svg(e, plan::simulate_pipeline(e),
+                            "tessera demo: " + plan::plan_summary(e.plan) + " (predicted)");
+  return std::move(*plan);
+}
+
+// A plan as tessera-train's --plan flag spells it.
+std::string plan_flag(const trainer::TrainPlan& p) {
+  std::string s = "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
+                  ",dp=" + std::to_string(p.dp) + ",zero=" + std::to_string(p.zero) +
+                  ",mbs=" + std::to_string(p.mbs);
+  if (!p.stage_blocks.empty()) {
+    s += ",stages=";
+    for (size_t i = 0; i < p.stage_blocks.size(); ++i) {
+      s += (i ? "+" : "") + std::to_string(p.stage_blocks[i]);
+    }
   }
+  return s;
+}
+
+// The flags both runs share: model, schedule and the two plans.
+std::vector<std::string> common_trainer_flags(const DemoOptions& o, const demo::DemoPlan& plan) {
+  return {"--model-size",     o.model_size,
+          "--steps",          std::to_string(o.steps),
+          "--global-batch",   std::to_string(o.global_batch),
+          "--plan",           plan_flag(plan.first),
+          "--snapshot-every", "2",
+          "--switch-step",    std::to_string(plan.switch_step),
+          "--switch-plan",    plan_flag(plan.second),
+          "--switch-batch",   std::to_string(plan.second_batch),
+          "--log-every",      "1"};
+}
+
+// Runs the trainer under the launcher with `extra` flags; its log goes to <dir>/log.txt, and a
+// failed run ends the demo naming `what`.
+void run_phase(const char* what, const DemoOptions& o, const std::string& dir,
+               std::vector<std::string> args, bool show_progress, const std::string& trace) {
+  const std::string bin = self_dir();
+  const auto run = demo::run_trainer(bin + "/tessera", bin + "/tessera-train", o.ranks, args,
+                                     show_progress, trace, o.steps, show_progress);
+  std::ofstream(dir + "/log.txt") << run.log;
+  if (run.exit_code != 0) {
+    fail(std::string(what) + " failed (exit " + std::to_string(run.exit_code) + "); log: " + dir +
+         "/log.txt");
+  }
+}
+
+// The training run: checkpoints, metrics and, unless --no-fault, a rank that kills itself.
+void run_training(const DemoOptions& o, const std::vector<std::string>& common,
+                  const std::filesystem::path& out) {
   const int64_t fault_step = o.no_fault ? -1 : (o.fault_step >= 0 ? o.fault_step : o.steps / 3);
   const int kill_rank = o.ranks - 1;
-  std::vector<std::string> common = {"--model-size",     o.model_size,
-                                     "--steps",          std::to_string(o.steps),
-                                     "--global-batch",   std::to_string(o.global_batch),
-                                     "--plan",           "",
-                                     "--snapshot-every", "2",
-                                     "--switch-step",    std::to_string(plan->switch_step),
-                                     "--switch-plan",    "",
-                                     "--switch-batch",   std::to_string(plan->second_batch),
-                                     "--log-every",      "1"};
-  auto plan_arg = [](const trainer::TrainPlan& p) {
-    std::string s = "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
-                    ",dp=" + std::to_string(p.dp) + ",zero=" + std::to_string(p.zero) +
-                    ",mbs=" + std::to_string(p.mbs);
-    if (!p.stage_blocks.empty()) {
-      s += ",stages=";
-      for (size_t i = 0; i < p.stage_blocks.size(); ++i) {
-        s += (i ? "+" : "") + std::to_string(p.stage_blocks[i]);
-      }
-    }
-    return s;
-  };
-  common[7] = plan_arg(plan->first);
-  common[13] = plan_arg(plan->second);
-
-  std::vector<std::string> run_args = common;
-  const std::string run_dir = (out / "run").string();
-  for (const std::string& a :
-       {std::string("--ckpt-dir"), run_dir + "/ckpt", std::string("--metrics"),
-        run_dir + "/metrics.jsonl", std::string("--params-out"), run_dir + "/final.bin"}) {
-    run_args.push_back(a);
-  }
+  std::vector<std::string> args = common;
+  const std::string dir = (out / "run").string();
+  args.insert(args.end(), {"--ckpt-dir", dir + "/ckpt", "--metrics", dir + "/metrics.jsonl",
+                           "--params-out", dir + "/final.bin"});
   if (fault_step >= 0) {
-    run_args.insert(run_args.end(), {"--kill-rank", std::to_string(kill_rank), "--kill-step",
-                                     std::to_string(fault_step)});
+    args.insert(args.end(), {"--kill-rank", std::to_string(kill_rank), "--kill-step",
+                             std::to_string(fault_step)});
     std::printf(
         "fault     rank %d will SIGKILL itself before step %lld; tessera launch "
         "--max-restarts 1 restarts it\n",
         kill_rank, (long long)fault_step + 1);
   }
   std::printf("\ntraining (rank 0's view):\n");
-  const auto run = demo::run_trainer(launcher, train, o.ranks, run_args, true,
-                                     (out / "trace.json").string(), o.steps, true);
-  std::ofstream(out / "run" / "log.txt") << run.log;
-  if (run.exit_code != 0) {
-    fail("the training run failed (exit " + std::to_string(run.exit_code) +
-         "); log: " + (out / "run" / "log.txt").string());
-  }
+  run_phase("the training run", o, dir, args, true, (out / "trace.json").string());
+}
+
+// The same flags without a fault: what the training run's final parameters must equal.
+void run_reference(const DemoOptions& o, const std::vector<std::string>& common,
+                   const std::filesystem::path& out) {
   std::printf("\nreference (the same flags, no fault) ...\n");
-  std::vector<std::string> ref_args = common;
-  const std::string ref_dir = (out / "reference").string();
-  for (const std::string& a : {std::string("--ckpt-dir"), ref_dir + "/ckpt",
-                               std::string("--params-out"), ref_dir + "/final.bin"}) {
-    ref_args.push_back(a);
-  }
-  const auto ref = demo::run_trainer(launcher, train, o.ranks, ref_args, false, "", o.steps, false);
-  std::ofstream(out / "reference" / "log.txt") << ref.log;
-  if (ref.exit_code != 0) {
-    fail("the reference run failed (exit " + std::to_string(ref.exit_code) +
-         "); log: " + (out / "reference" / "log.txt").string());
-  }
+  std::vector<std::string> args = common;
+  const std::string dir = (out / "reference").string();
+  args.insert(args.end(), {"--ckpt-dir", dir + "/ckpt", "--params-out", dir + "/final.bin"});
+  run_phase("the reference run", o, dir, args, false, "");
+}
+
+// Prints the summary, the bitwise check and where the outputs are; true when the check passed.
+bool report(const demo::DemoPlan& plan, const std::filesystem::path& out) {
+  const std::string run_dir = (out / "run").string(), ref_dir = (out / "reference").string();
   const std::string a = read_file(run_dir + "/final.bin"), b = read_file(ref_dir + "/final.bin");
   const bool equal = !a.empty() && a == b;
-
-  auto summary = demo::summarize(run_dir + "/metrics.jsonl", *plan, (out / "loss.svg").string());
+  auto summary = demo::summarize(run_dir + "/metrics.jsonl", plan, (out / "loss.svg").string());
   if (!summary.ok()) fail(summary.status().message());
   std::printf("\n%s", summary->c_str());
   std::printf("check     final parameters (%zu bytes) %s the fault-free reference run's\n",
               a.size(), equal ? "are bitwise EQUAL to" : "DIFFER from");
+  std::error_code ec;
   std::vector<std::string> traces;
   for (const auto& entry : std::filesystem::directory_iterator(out, ec)) {
     const std::string name = entry.path().filename().string();
@@ -196,6 +206,26 @@ void run_demo(const DemoOptions& o) {
              " Perfetto traces (trace.g<group>.rank<r>.json, one per DP group member; open in "
              "ui.perfetto.dev)")
                 .c_str());
+  return equal;
+}
+
+void run_demo(const DemoOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  auto spec = trainer::model_spec_preset(o.model_size);
+  if (!spec.ok()) fail(spec.status().message());
+  const std::string train = self_dir() + "/tessera-train";
+  if (access(train.c_str(), X_OK) != 0) fail(train + " not found (build the tessera-train target)");
+  const std::filesystem::path out = prepare_output(o.out);
+  std::printf(
+      "tessera demo: %d ranks, model %s (hidden %lld, %lld blocks, %lld classes), %lld "
+      "steps\n",
+      o.ranks, o.model_size.c_str(), (long long)spec->hidden, (long long)spec->blocks,
+      (long long)spec->classes, (long long)o.steps);
+  const demo::DemoPlan plan = probe_and_plan(o, *spec, out);
+  const std::vector<std::string> common = common_trainer_flags(o, plan);
+  run_training(o, common, out);
+  run_reference(o, common, out);
+  const bool equal = report(plan, out);
   std::printf("done in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!equal) throw CLI::RuntimeError(1);
