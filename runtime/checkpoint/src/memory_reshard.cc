@@ -99,10 +99,13 @@ Result<std::vector<Part>> plan_parts(const std::vector<std::vector<Described>>& 
 
 }  // namespace
 
-Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& staging) {
-  RankGroup& group = *self->group_;
+namespace {
+
+// Phase 1: every rank's old and new tensor descriptions, all of the same step, and the parts
+// (regions of tensors) that move from one rank to another.
+Result<std::vector<Part>> agree_on_parts(RankGroup& group, const StateRegistry& reg,
+                                         const Snapshot& source) {
   const int size = group.size(), rank = group.rank();
-  const StateRegistry& reg = self->registry_;
   Json mine = {
       {"step", source.step}, {"old", describe(source.entries)}, {"new", describe(reg.tensors())}};
   TSR_ASSIGN_OR_RETURN(auto gathered, group.allgather(mine.dump()));
@@ -127,11 +130,15 @@ Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& st
                             std::to_string(r) + ": " + e.what());
     }
   }
-  TSR_ASSIGN_OR_RETURN(std::vector<Part> parts, plan_parts(old_tensors, new_tensors));
+  return plan_parts(old_tensors, new_tensors);
+}
 
-  // Every rank prepares its staging buffer and its blobs before anything moves, and all agree that
-  // they could, so no rank waits for one that already gave up.
-  Status local = reserve(staging, reg.total_tensor_bytes());
+// Phase 2: every rank prepares its staging buffer (already reserved, with `local` saying whether
+// that worked) and its blobs before anything moves, and all agree that they could, so no rank
+// waits for one that already gave up.
+Status prepare_staging(RankGroup& group, const StateRegistry& reg, const Snapshot& source,
+                       Snapshot& staging, Status local) {
+  const int rank = group.rank();
   staging.offsets.clear();
   size_t offset = 0;
   for (const auto& t : reg.tensors()) {
@@ -152,76 +159,125 @@ Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& st
     staging.blobs.push_back(i < source.blobs.size() ? source.blobs[i] : std::string());
   }
   TSR_ASSIGN_OR_RETURN(auto ready, group.allgather(local.ok() ? "" : local.to_string()));
-  for (int r = 0; r < size; ++r) {
+  for (int r = 0; r < group.size(); ++r) {
     if (!ready[r].empty())
       return failed_precondition("rank " + std::to_string(r) + ": " + ready[r]);
   }
+  return Status();
+}
 
-  auto esize = [&](size_t dst_tensor) { return hal::dtype_size(reg.tensors()[dst_tensor].dtype); };
-  // Parts this rank keeps.
-  for (const Part& p : parts) {
-    if (p.from != rank || p.to != rank) continue;
-    copy_region(source.data + source.offsets[p.src_tensor], source.entries[p.src_tensor].slice,
-                staging.data + staging.offsets[p.dst_tensor], reg.tensors()[p.dst_tensor].slice,
-                p.region, esize(p.dst_tensor));
+// Phase 3: the parts this rank keeps are copied in place; the others travel pairwise.
+class PartExchange {
+ public:
+  PartExchange(RankGroup& group, const StateRegistry& reg, const std::vector<Part>& parts,
+               const Snapshot& source, Snapshot& staging)
+      : group_(group),
+        reg_(reg),
+        parts_(parts),
+        source_(source),
+        staging_(staging),
+        rank_(group.rank()) {}
+
+  Status run() {
+    keep_local();
+    // Pairs (i < j) in one global order; the lower rank sends first.
+    for (int i = 0; i < group_.size(); ++i) {
+      for (int j = i + 1; j < group_.size(); ++j) {
+        if (i != rank_ && j != rank_) continue;
+        TSR_RETURN_IF_ERROR(trade(i == rank_ ? j : i, rank_ == i));
+      }
+    }
+    return Status();
   }
-  // Pairs (i < j) in one global order; the lower rank sends first.
-  auto pack = [&](int to) {
+
+ private:
+  size_t esize(size_t dst_tensor) const {
+    return hal::dtype_size(reg_.tensors()[dst_tensor].dtype);
+  }
+
+  void keep_local() {
+    for (const Part& p : parts_) {
+      if (p.from != rank_ || p.to != rank_) continue;
+      copy_region(source_.data + source_.offsets[p.src_tensor], source_.entries[p.src_tensor].slice,
+                  staging_.data + staging_.offsets[p.dst_tensor],
+                  reg_.tensors()[p.dst_tensor].slice, p.region, esize(p.dst_tensor));
+    }
+  }
+
+  bool moves(int from, int to) const {
+    for (const Part& p : parts_) {
+      if (p.from == from && p.to == to) return true;
+    }
+    return false;
+  }
+
+  std::string pack(int to) const {
     std::string out;
-    for (const Part& p : parts) {
-      if (p.from != rank || p.to != to) continue;
-      const size_t es = hal::dtype_size(source.entries[p.src_tensor].dtype);
+    for (const Part& p : parts_) {
+      if (p.from != rank_ || p.to != to) continue;
+      const size_t es = hal::dtype_size(source_.entries[p.src_tensor].dtype);
       const size_t at = out.size();
       out.resize(at + static_cast<size_t>(p.region.elements()) * es);
-      copy_region(source.data + source.offsets[p.src_tensor], source.entries[p.src_tensor].slice,
+      copy_region(source_.data + source_.offsets[p.src_tensor], source_.entries[p.src_tensor].slice,
                   reinterpret_cast<std::byte*>(out.data() + at), p.region, p.region, es);
     }
     return out;
-  };
-  auto unpack = [&](int from, const std::string& in) -> Status {
+  }
+
+  Status unpack(int from, const std::string& in) {
     size_t at = 0;
-    for (const Part& p : parts) {
-      if (p.from != from || p.to != rank) continue;
+    for (const Part& p : parts_) {
+      if (p.from != from || p.to != rank_) continue;
       const size_t bytes = static_cast<size_t>(p.region.elements()) * esize(p.dst_tensor);
       if (at + bytes > in.size()) break;
       copy_region(reinterpret_cast<const std::byte*>(in.data() + at), p.region,
-                  staging.data + staging.offsets[p.dst_tensor], reg.tensors()[p.dst_tensor].slice,
-                  p.region, esize(p.dst_tensor));
+                  staging_.data + staging_.offsets[p.dst_tensor],
+                  reg_.tensors()[p.dst_tensor].slice, p.region, esize(p.dst_tensor));
       at += bytes;
     }
     if (at != in.size()) {
       return data_loss("reshard_from_memory: rank " + std::to_string(from) + " sent " +
-                       std::to_string(in.size()) + " bytes, rank " + std::to_string(rank) +
+                       std::to_string(in.size()) + " bytes, rank " + std::to_string(rank_) +
                        " expected " + std::to_string(at) + " or more");
     }
     return Status();
-  };
-  auto moves = [&](int from, int to) {
-    for (const Part& p : parts) {
-      if (p.from == from && p.to == to) return true;
-    }
-    return false;
-  };
-  for (int i = 0; i < size; ++i) {
-    for (int j = i + 1; j < size; ++j) {
-      if (i != rank && j != rank) continue;
-      const int other = i == rank ? j : i;
-      const bool out = moves(rank, other), in = moves(other, rank);
-      auto do_send = [&]() -> Status { return out ? group.send(other, pack(other)) : Status(); };
-      auto do_recv = [&]() -> Status {
-        if (!in) return Status();
-        TSR_ASSIGN_OR_RETURN(std::string bytes, group.recv(other));
-        return unpack(other, bytes);
-      };
-      if (rank == i) {
-        TSR_RETURN_IF_ERROR(do_send());
-        TSR_RETURN_IF_ERROR(do_recv());
-      } else {
-        TSR_RETURN_IF_ERROR(do_recv());
-        TSR_RETURN_IF_ERROR(do_send());
-      }
-    }
   }
+
+  // One pair's exchange; the lower rank sends first, so the two never both wait to receive.
+  Status trade(int other, bool send_first) {
+    auto send = [&]() -> Status {
+      return moves(rank_, other) ? group_.send(other, pack(other)) : Status();
+    };
+    auto receive = [&]() -> Status {
+      if (!moves(other, rank_)) return Status();
+      TSR_ASSIGN_OR_RETURN(std::string bytes, group_.recv(other));
+      return unpack(other, bytes);
+    };
+    if (send_first) {
+      TSR_RETURN_IF_ERROR(send());
+      return receive();
+    }
+    TSR_RETURN_IF_ERROR(receive());
+    return send();
+  }
+
+  RankGroup& group_;
+  const StateRegistry& reg_;
+  const std::vector<Part>& parts_;
+  const Snapshot& source_;
+  Snapshot& staging_;
+  const int rank_;
+};
+
+}  // namespace
+
+Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& staging) {
+  RankGroup& group = *self->group_;
+  const StateRegistry& reg = self->registry_;
+  TSR_ASSIGN_OR_RETURN(std::vector<Part> parts, agree_on_parts(group, reg, source));
+  TSR_RETURN_IF_ERROR(
+      prepare_staging(group, reg, source, staging, reserve(staging, reg.total_tensor_bytes())));
+  TSR_RETURN_IF_ERROR(PartExchange(group, reg, parts, source, staging).run());
   staging.entries.assign(reg.tensors().begin(), reg.tensors().end());
   staging.step = source.step;
   staging.valid = true;
