@@ -81,9 +81,9 @@ Result<int64_t> Session::claim_ckpt_dir() {
                        bootstrap_->allgather("tessera-train/ckpt-dir", verdict));
   const std::string& v = all.at(0);
   if (v.rfind("error ", 0) == 0) {
+    // Every rank says why: the launcher may stop rank 0 before it prints its own message.
     return failed_precondition(rank == 0 ? v.substr(6)
-                                         : "rank 0 refused --ckpt-dir " + ckpt_dir() +
-                                               " (its message says why)");
+                                         : "rank 0 refused --ckpt-dir: " + v.substr(6));
   }
   if (v.rfind("resume ", 0) == 0) return int64_t(std::stoll(v.substr(7)));
   return int64_t(-1);
