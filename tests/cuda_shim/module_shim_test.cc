@@ -73,6 +73,8 @@ class FakertModule : public ::testing::Test {
     EXPECT_EQ(api().device_malloc(0, values.size() * sizeof(float), &p), TSR_OK);
     allocations_.push_back(p);
     EXPECT_EQ(api().memcpy_async(p, values.data(), values.size() * sizeof(float), stream_), TSR_OK);
+    // Pageable host memory must outlive the copy (the ABI's rule); callers pass temporaries.
+    EXPECT_EQ(api().stream_synchronize(stream_), TSR_OK) << api().last_error();
     return static_cast<float*>(p);
   }
   std::vector<float> read_back(const float* p, size_t count) {
