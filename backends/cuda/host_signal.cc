@@ -24,15 +24,10 @@
 #include <vector>
 
 #include "api.h"
+#include "driver_library.h"
 #include "errors.h"
 #include "state.h"
 
-#ifndef TESSERA_CUDA_DRIVER_LIBRARY
-#define TESSERA_CUDA_DRIVER_LIBRARY "libcuda.so.1"
-#endif
-#ifndef TESSERA_CUDA_DRIVER_PREFIX
-#define TESSERA_CUDA_DRIVER_PREFIX "cu"
-#endif
 // CUDA's CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (for the _v2 wait) and its _V1 twin
 // (for the unversioned legacy wait); a clone with other numbers overrides them.
 #ifndef TESSERA_CUDA_DRIVER_ATTR_MEM_OPS_64
@@ -132,50 +127,32 @@ struct DriverWait {
   char why[768] = "";  // why `wait` is NULL
 };
 
-template <typename Fn>
-void resolve(void* library, const char* name, Fn* out) {
-  char symbol[96];
-  std::snprintf(symbol, sizeof symbol, "%s%s", TESSERA_CUDA_DRIVER_PREFIX, name);
-  *out = reinterpret_cast<Fn>(dlsym(library, symbol));
-}
-
 const DriverWait& driver_wait() {
   static const DriverWait* resolved = [] {
     auto* d = new DriverWait;  // lives as long as the process, as the driver library does
-    const char* library_name = TESSERA_CUDA_DRIVER_LIBRARY;
-    if (library_name[0] == '\0') {
-      std::snprintf(d->why, sizeof d->why,
-                    "built without a driver library (DRIVER_LIBRARY \"\"), and the runtime has "
-                    "no stream wait-value call");
-      return d;
-    }
-    void* library = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr) {
-      const char* why = dlerror();
-      std::snprintf(d->why, sizeof d->why, "the driver cannot be loaded: %s",
-                    why ? why : library_name);
-      return d;
-    }
-    resolve(library, "StreamWaitValue64_v2", &d->wait);
+    void* library =
+        open_driver_library("the runtime has no stream wait-value call", d->why, sizeof d->why);
+    if (library == nullptr) return d;
+    resolve_driver_symbol(library, "StreamWaitValue64_v2", &d->wait);
     d->support_attribute = TESSERA_CUDA_DRIVER_ATTR_MEM_OPS_64;
     std::snprintf(d->wait_name, sizeof d->wait_name, "%sStreamWaitValue64_v2",
                   TESSERA_CUDA_DRIVER_PREFIX);
     if (d->wait == nullptr) {  // drivers before CUDA 11.7: the legacy call, opt-in per device
-      resolve(library, "StreamWaitValue64", &d->wait);
+      resolve_driver_symbol(library, "StreamWaitValue64", &d->wait);
       d->support_attribute = TESSERA_CUDA_DRIVER_ATTR_MEM_OPS_64_V1;
       std::snprintf(d->wait_name, sizeof d->wait_name, "%sStreamWaitValue64",
                     TESSERA_CUDA_DRIVER_PREFIX);
     }
-    resolve(library, "DeviceGet", &d->device_get);
-    resolve(library, "DeviceGetAttribute", &d->attribute);
-    resolve(library, "GetErrorName", &d->error_name);
-    resolve(library, "GetErrorString", &d->error_string);
+    resolve_driver_symbol(library, "DeviceGet", &d->device_get);
+    resolve_driver_symbol(library, "DeviceGetAttribute", &d->attribute);
+    resolve_driver_symbol(library, "GetErrorName", &d->error_name);
+    resolve_driver_symbol(library, "GetErrorString", &d->error_string);
     if (d->wait == nullptr || d->device_get == nullptr || d->attribute == nullptr) {
       d->wait = nullptr;
       std::snprintf(d->why, sizeof d->why,
                     "%s has no %sStreamWaitValue64[_v2], %sDeviceGet or %sDeviceGetAttribute",
-                    library_name, TESSERA_CUDA_DRIVER_PREFIX, TESSERA_CUDA_DRIVER_PREFIX,
-                    TESSERA_CUDA_DRIVER_PREFIX);
+                    TESSERA_CUDA_DRIVER_LIBRARY, TESSERA_CUDA_DRIVER_PREFIX,
+                    TESSERA_CUDA_DRIVER_PREFIX, TESSERA_CUDA_DRIVER_PREFIX);
     }
     return d;  // the library stays open: its functions are called until the process ends
   }();

@@ -26,15 +26,10 @@
 #include <vector>
 
 #include "api.h"
+#include "driver_library.h"
 #include "errors.h"
 #include "state.h"
 
-#ifndef TESSERA_CUDA_DRIVER_LIBRARY
-#define TESSERA_CUDA_DRIVER_LIBRARY "libcuda.so.1"
-#endif
-#ifndef TESSERA_CUDA_DRIVER_PREFIX
-#define TESSERA_CUDA_DRIVER_PREFIX "cu"
-#endif
 // Bits (1u << tsr_module_format) of the formats this build hands to the module loader (CMake's
 // MODULE_FORMATS): CUBIN and PTX for CUDA.
 #ifndef TESSERA_CUDA_MODULE_FORMATS
@@ -101,47 +96,28 @@ ModuleCalls* resolve_calls() {
   return c;
 }
 #else
-template <typename Fn>
-void resolve(void* library, const char* name, Fn* out) {
-  char symbol[96];
-  std::snprintf(symbol, sizeof symbol, "%s%s", TESSERA_CUDA_DRIVER_PREFIX, name);
-  *out = reinterpret_cast<Fn>(dlsym(library, symbol));
-}
-
 ModuleCalls* resolve_calls() {
   auto* c = new ModuleCalls;  // lives as long as the process, as the driver library does
-  const char* library_name = TESSERA_CUDA_DRIVER_LIBRARY;
-  if (library_name[0] == '\0') {
-    std::snprintf(c->why, sizeof c->why,
-                  "built without a driver library (DRIVER_LIBRARY \"\"), and the runtime has no "
-                  "module calls");
-    return c;
-  }
-  void* library = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* why = dlerror();
-    std::snprintf(c->why, sizeof c->why, "the driver cannot be loaded: %s",
-                  why ? why : library_name);
-    return c;
-  }
-  resolve(library, "ModuleLoadData", &c->load);
-  resolve(library, "ModuleLoadDataEx", &c->load_ex);
-  resolve(library, "ModuleUnload", &c->unload);
-  resolve(library, "ModuleGetFunction", &c->get_function);
-  resolve(library, "LaunchKernel", &c->launch);
-  resolve(library, "FuncGetAttribute", &c->func_get_attribute);
-  resolve(library, "FuncSetAttribute", &c->func_set_attribute);
-  resolve(library, "FuncGetParamInfo", &c->param_info);
-  resolve(library, "GetErrorName", &c->error_name);
-  resolve(library, "GetErrorString", &c->error_string);
+  void* library = open_driver_library("the runtime has no module calls", c->why, sizeof c->why);
+  if (library == nullptr) return c;
+  resolve_driver_symbol(library, "ModuleLoadData", &c->load);
+  resolve_driver_symbol(library, "ModuleLoadDataEx", &c->load_ex);
+  resolve_driver_symbol(library, "ModuleUnload", &c->unload);
+  resolve_driver_symbol(library, "ModuleGetFunction", &c->get_function);
+  resolve_driver_symbol(library, "LaunchKernel", &c->launch);
+  resolve_driver_symbol(library, "FuncGetAttribute", &c->func_get_attribute);
+  resolve_driver_symbol(library, "FuncSetAttribute", &c->func_set_attribute);
+  resolve_driver_symbol(library, "FuncGetParamInfo", &c->param_info);
+  resolve_driver_symbol(library, "GetErrorName", &c->error_name);
+  resolve_driver_symbol(library, "GetErrorString", &c->error_string);
   if (!c->load || !c->unload || !c->get_function || !c->launch || !c->func_get_attribute) {
     c->load = nullptr;
     std::snprintf(c->why, sizeof c->why,
                   "%s lacks %sModuleLoadData, %sModuleUnload, %sModuleGetFunction, %sLaunchKernel "
                   "or %sFuncGetAttribute",
-                  library_name, TESSERA_CUDA_DRIVER_PREFIX, TESSERA_CUDA_DRIVER_PREFIX,
+                  TESSERA_CUDA_DRIVER_LIBRARY, TESSERA_CUDA_DRIVER_PREFIX,
                   TESSERA_CUDA_DRIVER_PREFIX, TESSERA_CUDA_DRIVER_PREFIX,
-                  TESSERA_CUDA_DRIVER_PREFIX);
+                  TESSERA_CUDA_DRIVER_PREFIX, TESSERA_CUDA_DRIVER_PREFIX);
   }
   return c;  // the library stays open: its functions are called until the process ends
 }

@@ -50,19 +50,6 @@ struct DeviceKernels {
 
 namespace {
 
-std::string build_log(ze_module_build_log_handle_t log) {
-  std::string text;
-  if (log == nullptr) return text;
-  size_t size = 0;
-  if (ze().zeModuleBuildLogGetString(log, &size, nullptr) == ZE_RESULT_SUCCESS && size > 1) {
-    text.resize(size);
-    if (ze().zeModuleBuildLogGetString(log, &size, text.data()) != ZE_RESULT_SUCCESS) text.clear();
-    while (!text.empty() && (text.back() == '\0' || text.back() == '\n')) text.pop_back();
-  }
-  (void)ze().zeModuleBuildLogDestroy(log);
-  return text;
-}
-
 void build(const Device& d, const SpirvModule& spirv, Module& m) {
   m.tried = true;
   if (spirv.fp64) {
@@ -85,7 +72,7 @@ void build(const Device& d, const SpirvModule& spirv, Module& m) {
                           nullptr};
     ze_module_build_log_handle_t log_handle = nullptr;
     ze_result_t r = ze().zeModuleCreate(d.context, d.handle, &desc, &m.handle, &log_handle);
-    std::string text = build_log(log_handle);
+    std::string text = take_build_log(log_handle);
     if (r == ZE_RESULT_SUCCESS) {
       if (*flags == '\0') {
         log(TSR_LOG_WARN, "level_zero: %s module built without %s (%s)", spirv.family, kBuildFlags,

@@ -48,8 +48,6 @@ void release_user_modules(Backend& b) {
   b.user_modules.clear();
 }
 
-namespace {
-
 std::string take_build_log(ze_module_build_log_handle_t log) {
   std::string text;
   if (log == nullptr) return text;
@@ -62,6 +60,8 @@ std::string take_build_log(ze_module_build_log_handle_t log) {
   (void)ze().zeModuleBuildLogDestroy(log);
   return text;
 }
+
+namespace {
 
 template <typename T>
 tsr_status find(Backend& b, std::unordered_map<uint64_t, std::shared_ptr<T>>& table, uint64_t tag,

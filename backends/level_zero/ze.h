@@ -227,6 +227,10 @@ tsr_status describe_device(const Loader& z, Device& device);  // devices.cc, at 
 // module_entries.cc: destroys every module left (the last finalize, before the contexts).
 void release_user_modules(Backend& backend);
 
+// The text of a module build log (trailing NULs and newlines trimmed), destroying the log; ""
+// for a NULL log. module.cc (the backend's own kernels) and module_entries.cc (users') share it.
+std::string take_build_log(ze_module_build_log_handle_t log);
+
 // Entries (backend_abi.h semantics), gathered by entry.cc.
 namespace api {
 int32_t device_count(const char** out_reason);
