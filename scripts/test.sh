@@ -1,28 +1,79 @@
 #!/usr/bin/env bash
 # Sets up the machine, builds, and runs the whole test suite: the default build, then again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded parts under ThreadSanitizer.
-#
 # Last, every fuzz target (tests/fuzz) runs a few seconds under libFuzzer + ASan + UBSan.
 #
-# Usage: scripts/test.sh [--quick]
-#   --quick   only the default build (for iterating; CI runs everything)
+# While one preset's tests run, the next preset's tree is built at the lowest CPU priority
+# (nice 19): the tests spend much of their time waiting on other processes (ranks, launchers,
+# timeouts), and the build takes only the CPU they leave idle, so the tests run as they would
+# alone while the build gets ahead (CI's 45-minute budget on 2 cores, README.md). The build's
+# output goes to build-logs/<preset>.log and is shown when it fails.
+#
+# Usage: scripts/test.sh [--quick] [--serial]
+#   --quick    only the default build (for iterating; CI runs everything)
+#   --serial   build each preset only after the previous tests finished (no background build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 presets=(default asan tsan)
 fuzz=1
+overlap=1
 for arg in "$@"; do
   case "$arg" in
     --quick) presets=(default); fuzz=0 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --serial) overlap=0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 scripts/setup.sh
-for preset in "${presets[@]}"; do
+mkdir -p build-logs
+
+# start_background <name> <command...>: runs the command at nice 19 in the background, in its own
+# session (so stop_background can end the whole build), its output in build-logs/<name>.log.
+background_pid=""
+background_name=""
+start_background() {
+  background_name="$1"
+  shift
+  echo "==> test.sh: building '$background_name' in the background (build-logs/$background_name.log)"
+  setsid nice -n 19 "$@" > "build-logs/$background_name.log" 2>&1 &
+  background_pid=$!
+}
+finish_background() {
+  [ -n "$background_pid" ] || return 0
+  local pid="$background_pid" name="$background_name"
+  background_pid=""
+  if ! wait "$pid"; then
+    echo "test.sh: the background build of '$name' failed; the end of build-logs/$name.log:" >&2
+    tail -40 "build-logs/$name.log" >&2
+    exit 1
+  fi
+  echo "==> test.sh: background build of '$name' done"
+}
+stop_background() { [ -z "$background_pid" ] || kill -- "-$background_pid" 2>/dev/null || true; }
+trap stop_background EXIT
+
+# next_build <index>: what to build while preset <index>'s tests run (the next preset, or the
+# fuzz targets after the last one).
+next_build() {
+  local next=$(( $1 + 1 ))
+  if [ "$next" -lt "${#presets[@]}" ]; then
+    start_background "${presets[$next]}" scripts/build.sh "${presets[$next]}"
+  elif [ "$fuzz" = 1 ]; then
+    start_background fuzz sh -c 'cmake --preset fuzz >/dev/null && cmake --build --preset fuzz'
+  fi
+}
+
+for i in "${!presets[@]}"; do
+  preset="${presets[$i]}"
   echo "==> test.sh: preset '$preset'"
-  scripts/build.sh "$preset"
+  if [ -n "$background_pid" ]; then
+    finish_background
+  fi
+  scripts/build.sh "$preset"  # a no-op when the background build made it already
+  [ "$overlap" = 1 ] && next_build "$i"
   ctest --preset "$preset"
 done
 # A bounded run (12 targets x 5 s); the clang build of the libraries they link is most of the
@@ -30,6 +81,7 @@ done
 ran="${presets[*]}"
 if [ "$fuzz" = 1 ]; then
   echo "==> test.sh: fuzz targets"
+  finish_background
   scripts/fuzz.sh --time 5
   ran+=", fuzz targets"
 fi
