@@ -467,58 +467,73 @@ constexpr char kCan = '+';
 
 }  // namespace
 
-Result<std::unique_ptr<NativeComm>> setup_native(const NativeSetup& s, FlightRecorder& recorder,
-                                                 NativeComm::Hooks hooks) {
+namespace {
+
+// Why this participant cannot take the route ("" when it can).
+std::string native_refusal_reason(const NativeSetup& s) {
+  if (!s.member) return "not a member";
+  if (s.device == nullptr) return "no device";
+  if (s.path == DevicePath::kStaged) return "device path staged";
+  return native_unavailable_reason(*s.device);
+}
+
+// Phase 1's post: kCannot + why, kCan, or (the group's leader) kCan + the library's unique id,
+// kBroken + why when making it failed.
+std::string native_token(const NativeSetup& s, const std::string& why_not) {
   const bool leader = s.member && !s.members.empty() && s.members[0] == s.my_index;
-  std::string why_not;  // this participant's reason, "" when it can
-  if (!s.member) {
-    why_not = "not a member";
-  } else if (s.device == nullptr) {
-    why_not = "no device";
-  } else if (s.path == DevicePath::kStaged) {
-    why_not = "device path staged";
-  } else {
-    why_not = native_unavailable_reason(*s.device);
-  }
-  std::string token(1, why_not.empty() ? kCan : kCannot);
-  if (why_not.empty() && leader) {
-    tsr_comm_unique_id id{};
-    const auto& backend = s.device->backend();
-    const tsr_collectives_api_v1* ccl = backend->api().collectives;
-    Status made = backend->check(ccl->get_unique_id(&id),
-                                 std::string(ccl->library) + " get_unique_id on " + s.device->id());
-    token = made.ok() ? kCan + hex(id.bytes, sizeof id.bytes) : kBroken + made.to_string();
-  } else if (!why_not.empty()) {
-    token += why_not;
-  }
-  TSR_ASSIGN_OR_RETURN(std::vector<std::string> all, s.exchange(token));
-  auto at = [&](int participant) -> const std::string& { return all[size_t(participant)]; };
-  // The group takes the route when every member can; the first member that cannot says why.
-  std::string refusal;
-  for (size_t r = 0; r < s.members.size() && s.member && refusal.empty(); ++r) {
-    const std::string& t = at(s.members[r]);
+  if (!why_not.empty()) return kCannot + why_not;
+  if (!leader) return std::string(1, kCan);
+  tsr_comm_unique_id id{};
+  const auto& backend = s.device->backend();
+  const tsr_collectives_api_v1* ccl = backend->api().collectives;
+  Status made = backend->check(ccl->get_unique_id(&id),
+                               std::string(ccl->library) + " get_unique_id on " + s.device->id());
+  return made.ok() ? kCan + hex(id.bytes, sizeof id.bytes) : kBroken + made.to_string();
+}
+
+// The group takes the route when every member can; the first member that cannot says why ("":
+// all can, or this participant is not a member).
+std::string group_refusal(const NativeSetup& s, const std::vector<std::string>& tokens) {
+  for (size_t r = 0; r < s.members.size() && s.member; ++r) {
+    const std::string& t = tokens[size_t(s.members[r])];
     if (t.empty() || t[0] != kCan) {
-      refusal = "rank " + std::to_string(r) +
-                " cannot: " + (t.empty() ? "(nothing posted)" : t.substr(1));
+      return "rank " + std::to_string(r) +
+             " cannot: " + (t.empty() ? "(nothing posted)" : t.substr(1));
     }
   }
+  return "";
+}
+
+// Phase 2: the library's communicator from the unique id the leader posted.
+Result<std::unique_ptr<NativeComm>> init_native_group(const NativeSetup& s,
+                                                      const std::string& lead_token,
+                                                      FlightRecorder& recorder,
+                                                      NativeComm::Hooks hooks) {
+  tsr_comm_unique_id id{};
+  if (!unhex(std::string_view(lead_token).substr(1), id.bytes, sizeof id.bytes)) {
+    return internal_error("the unique id rank 0 posted is malformed (" +
+                          std::to_string(lead_token.size()) + " characters)");
+  }
+  return NativeComm::init(*s.device, s.rank, int(s.members.size()), id, s.timeout, recorder,
+                          std::move(hooks));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NativeComm>> setup_native(const NativeSetup& s, FlightRecorder& recorder,
+                                                 NativeComm::Hooks hooks) {
+  const std::string why_not = native_refusal_reason(s);
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> all, s.exchange(native_token(s, why_not)));
+  std::string refusal = group_refusal(s, all);
   const bool group_native = s.member && refusal.empty();
   std::unique_ptr<NativeComm> native;
   Status init_status;
   if (group_native) {
-    tsr_comm_unique_id id{};
-    const std::string& lead = at(s.members[0]);
-    if (!unhex(std::string_view(lead).substr(1), id.bytes, sizeof id.bytes)) {
-      init_status = internal_error("the unique id rank 0 posted is malformed (" +
-                                   std::to_string(lead.size()) + " characters)");
+    auto made = init_native_group(s, all[size_t(s.members[0])], recorder, std::move(hooks));
+    if (made.ok()) {
+      native = std::move(*made);
     } else {
-      auto made = NativeComm::init(*s.device, s.rank, int(s.members.size()), id, s.timeout,
-                                   recorder, std::move(hooks));
-      if (made.ok()) {
-        native = std::move(*made);
-      } else {
-        init_status = made.status();
-      }
+      init_status = made.status();
     }
   }
   // Whether anyone could: then every participant takes part in the barrier below (all see the

@@ -67,6 +67,85 @@ const std::vector<std::string>& known_backend_names() {
   return names;
 }
 
+namespace {
+
+// Which backends RegistryOptions::selection (else TESSERA_BACKENDS) asks for: "a,b" only those,
+// "^a,b" all but those, unset all.
+struct Selection {
+  bool given = false;
+  bool exclude = false;
+  std::vector<std::string> names;
+  std::string source;  // where it came from, for messages
+  bool chooses(std::string_view name) const { return !given || (contains(names, name) != exclude); }
+};
+
+Result<Selection> parse_selection(const RegistryOptions& options) {
+  Selection selection;
+  selection.source = "RegistryOptions::selection";
+  std::optional<std::string> text_value = options.selection;
+  if (!text_value) {
+    text_value = env::get("TESSERA_BACKENDS");
+    selection.source = "TESSERA_BACKENDS";
+  }
+  if (!text_value) return selection;
+  selection.given = true;
+  std::string_view text = *text_value;
+  selection.exclude = !text.empty() && text.front() == '^';
+  if (selection.exclude) text.remove_prefix(1);
+  selection.names = env::split(text, ",");
+  for (const auto& name : selection.names) {
+    bool valid = std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!valid) {
+      return invalid_argument(selection.source + "='" + *text_value + "': '" + name +
+                              "' is not a backend name (letters, digits, '_' and '-' only)");
+    }
+  }
+  return selection;
+}
+
+// The record of backend `name`: opened from `search_dirs` and initialised with `init_options`,
+// or the reason it could not be (a known backend this build did not make says which CMake
+// option would).
+BackendRecord open_and_init(const std::string& name, const std::vector<std::string>& search_dirs,
+                            const std::string& init_options) {
+  BackendRecord record;
+  record.name = name;
+  auto opened = Backend::open(name, search_dirs);
+  if (!opened.ok()) {
+    record.state = state_for_open_failure(opened.status().code());
+    record.code = opened.status().code();
+    record.reason = opened.status().message();
+    if (record.state == BackendState::kNotFound && contains(known_backend_names(), name) &&
+        !contains(env::split(TESSERA_BUILT_BACKENDS, ","), name)) {
+      std::string option = name;
+      for (char& c : option) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      record.reason = "not built in this Tessera (CMake option TESSERA_BACKEND_" + option +
+                      "=ON builds it where its SDK is found)";
+    }
+    return record;
+  }
+  std::shared_ptr<Backend> backend = std::move(opened).value();
+  record.path = backend->path();
+  record.version = backend->api().version ? backend->api().version : "";
+  record.abi_minor = backend->reported_abi_minor();
+  Status init = backend->init(init_options);
+  if (!init.ok()) {
+    record.state = BackendState::kInitFailed;
+    record.code = init.code();
+    record.reason = init.to_string();
+    return record;
+  }
+  record.device_count = backend->device_count(&record.reason);
+  record.state = record.device_count > 0 ? BackendState::kEnabled : BackendState::kNoDevices;
+  if (record.device_count > 0) record.reason.clear();
+  record.backend = std::move(backend);
+  return record;
+}
+
+}  // namespace
+
 const BackendRecord* Registry::find(std::string_view name) const {
   for (const auto& record : records_) {
     if (record.name == name) return &record;
@@ -81,84 +160,29 @@ Result<std::unique_ptr<Registry>> Registry::create(const RegistryOptions& option
   std::unique_ptr<Registry> registry(new Registry());
   registry->search_dirs_ =
       options.search_dirs.empty() ? default_search_dirs() : options.search_dirs;
-
-  std::string selection_source = "RegistryOptions::selection";
-  std::optional<std::string> selection = options.selection;
-  if (!selection) {
-    selection = env::get("TESSERA_BACKENDS");
-    selection_source = "TESSERA_BACKENDS";
-  }
-  bool exclude = false;
-  std::vector<std::string> selected;
-  if (selection) {
-    std::string_view text = *selection;
-    exclude = !text.empty() && text.front() == '^';
-    if (exclude) text.remove_prefix(1);
-    selected = env::split(text, ",");
-    for (const auto& name : selected) {
-      bool valid = std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-      });
-      if (!valid) {
-        return invalid_argument(selection_source + "='" + *selection + "': '" + name +
-                                "' is not a backend name (letters, digits, '_' and '-' only)");
-      }
-    }
-  }
+  TSR_ASSIGN_OR_RETURN(const Selection selection, parse_selection(options));
 
   std::vector<std::string> names = known_backend_names();
   for (auto& name : discover(registry->search_dirs_)) {
     if (!contains(names, name)) names.push_back(std::move(name));
   }
   // A selected name that is neither known nor found is still listed, as not-found.
-  if (!exclude) {
-    for (const auto& name : selected) {
+  if (!selection.exclude) {
+    for (const auto& name : selection.names) {
       if (!contains(names, name)) names.push_back(name);
     }
   }
 
   for (const auto& name : names) {
     BackendRecord record;
-    record.name = name;
-    bool chosen = !selection || (contains(selected, name) != exclude);
-    if (!chosen) {
+    if (!selection.chooses(name)) {
+      record.name = name;
       record.state = BackendState::kDisabled;
-      record.reason = "excluded by " + selection_source;
-      registry->records_.push_back(std::move(record));
-      continue;
-    }
-    auto opened = Backend::open(name, registry->search_dirs_);
-    if (!opened.ok()) {
-      record.state = state_for_open_failure(opened.status().code());
-      record.code = opened.status().code();
-      record.reason = opened.status().message();
-      if (record.state == BackendState::kNotFound && contains(known_backend_names(), name) &&
-          !contains(env::split(TESSERA_BUILT_BACKENDS, ","), name)) {
-        std::string option = name;
-        for (char& c : option) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        record.reason = "not built in this Tessera (CMake option TESSERA_BACKEND_" + option +
-                        "=ON builds it where its SDK is found)";
-      }
-      TSR_LOG(kInfo, "hal") << "backend " << name << ": " << backend_state_name(record.state)
-                            << ": " << record.reason;
-      registry->records_.push_back(std::move(record));
-      continue;
-    }
-    std::shared_ptr<Backend> backend = std::move(opened).value();
-    record.path = backend->path();
-    record.version = backend->api().version ? backend->api().version : "";
-    record.abi_minor = backend->reported_abi_minor();
-    auto it = options.init_options.find(name);
-    Status init = backend->init(it == options.init_options.end() ? "" : it->second);
-    if (!init.ok()) {
-      record.state = BackendState::kInitFailed;
-      record.code = init.code();
-      record.reason = init.to_string();
+      record.reason = "excluded by " + selection.source;
     } else {
-      record.device_count = backend->device_count(&record.reason);
-      record.state = record.device_count > 0 ? BackendState::kEnabled : BackendState::kNoDevices;
-      if (record.device_count > 0) record.reason.clear();
-      record.backend = std::move(backend);
+      auto it = options.init_options.find(name);
+      record = open_and_init(name, registry->search_dirs_,
+                             it == options.init_options.end() ? "" : it->second);
     }
     TSR_LOG(kInfo, "hal") << "backend " << name << ": " << backend_state_name(record.state)
                           << (record.reason.empty() ? "" : ": " + record.reason);

@@ -113,9 +113,7 @@ std::vector<ShardPiece> GradSync::Impl::shard_pieces(const Bucket& b) const {
   return pieces;
 }
 
-Status GradSync::Impl::build() {
-  if (built) return Status();
-  const int n = world();
+void GradSync::Impl::assign_buckets() {
   // Buckets in reverse registration order: the last layers' gradients come first in backward.
   for (int p = int(params.size()) - 1; p >= 0; --p) {
     Param& param = params[size_t(p)];
@@ -132,7 +130,11 @@ Status GradSync::Impl::build() {
     b.info.count += param.count;
     b.info.bytes += param.bytes;
   }
-  // Every rank must have the same layout, or the collectives would mismatch mid-step.
+}
+
+// Every rank must have the same layout, or the collectives would mismatch mid-step.
+Status GradSync::Impl::check_layout_agrees() {
+  const int n = world();
   uint64_t hash = 14695981039346656037ull;
   for (const auto& p : params) hash = fnv(fnv(hash, p.count), uint64_t(p.dtype));
   hash = fnv(hash, buckets.size());
@@ -151,57 +153,71 @@ Status GradSync::Impl::build() {
           "; every rank must register the same parameters in the same order");
     }
   }
-  const bool sharded = this->sharded();
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    Bucket& b = buckets[i];
+  return Status();
+}
+
+Status GradSync::Impl::allocate_bucket(size_t index) {
+  Bucket& b = buckets[index];
+  const size_t n = size_t(world());
+  const size_t size = hal::dtype_size(b.info.dtype);
+  b.shard = (b.info.count + n - 1) / n;
+  const size_t elements = sharded() ? b.shard * n : b.info.count;
+  b.in_place = sharded() ? nullptr : adjacent_gradients(b);
+  // ZeRO-3 keeps no full-size buffer per bucket (one shared staging buffer instead).
+  if (b.in_place == nullptr && !sharded_params()) {
+    TSR_ASSIGN_OR_RETURN(b.flat, device.allocate(elements * size));
+    TSR_RETURN_IF_ERROR(comm_stream.memset(b.flat.data(), 0, elements * size));
+  }
+  if (sharded()) {
+    TSR_ASSIGN_OR_RETURN(b.reduced_shard, device.allocate(b.shard * size));
+    TSR_RETURN_IF_ERROR(comm_stream.memset(b.reduced_shard.data(), 0, b.shard * size));
+    TSR_ASSIGN_OR_RETURN(b.gathered, device.create_event(false));
+    return Status();
+  }
+  TSR_ASSIGN_OR_RETURN(b.codec, make_codec(options.codec, b.info.dtype, b.info.count, int(n),
+                                           int(index), CodecSetup{device, comm_stream}));
+  // Only an elementwise codec may see the elements in memory order instead of bucket order
+  // (top-k indices and PowerSGD's matrix must mean the same on every rank).
+  if (b.codec->name() != "none" && b.codec->name() != "bf16") b.in_place = nullptr;
+  if (b.in_place == nullptr && !b.flat) {
+    TSR_ASSIGN_OR_RETURN(b.flat, device.allocate(elements * size));
+    TSR_RETURN_IF_ERROR(comm_stream.memset(b.flat.data(), 0, elements * size));
+  }
+  return Status();
+}
+
+void GradSync::Impl::map_shard_segments() {
+  for (Bucket& b : buckets) {
     const size_t size = hal::dtype_size(b.info.dtype);
-    b.shard = (b.info.count + size_t(n) - 1) / size_t(n);
-    const size_t elements = sharded ? b.shard * size_t(n) : b.info.count;
-    b.in_place = sharded ? nullptr : adjacent_gradients(b);
-    // ZeRO-3 keeps no full-size buffer per bucket (one shared staging buffer instead).
-    if (b.in_place == nullptr && !sharded_params()) {
-      TSR_ASSIGN_OR_RETURN(b.flat, device.allocate(elements * size));
-      TSR_RETURN_IF_ERROR(comm_stream.memset(b.flat.data(), 0, elements * size));
+    for (const ShardPiece& piece : shard_pieces(b)) {
+      ShardSegment s;
+      s.param = piece.param;
+      s.param_offset = piece.param_offset;
+      s.count = piece.count;
+      s.grad = static_cast<char*>(b.reduced_shard.data()) + piece.shard_offset * size;
+      s.data =
+          sharded_params()
+              ? static_cast<char*>(b.param_shard.data()) + piece.shard_offset * size
+              : static_cast<char*>(params[size_t(piece.param)].data) + piece.param_offset * size;
+      segments.push_back(s);
+      shard_elements += s.count;
     }
-    if (sharded) {
-      TSR_ASSIGN_OR_RETURN(b.reduced_shard, device.allocate(b.shard * size));
-      TSR_RETURN_IF_ERROR(comm_stream.memset(b.reduced_shard.data(), 0, b.shard * size));
-      TSR_ASSIGN_OR_RETURN(b.gathered, device.create_event(false));
-    } else {
-      TSR_ASSIGN_OR_RETURN(b.codec, make_codec(options.codec, b.info.dtype, b.info.count, n, int(i),
-                                               CodecSetup{device, comm_stream}));
-      // Only an elementwise codec may see the elements in memory order instead of bucket order
-      // (top-k indices and PowerSGD's matrix must mean the same on every rank).
-      if (b.codec->name() != "none" && b.codec->name() != "bf16") b.in_place = nullptr;
-      if (b.in_place == nullptr && !b.flat) {
-        TSR_ASSIGN_OR_RETURN(b.flat, device.allocate(elements * size));
-        TSR_RETURN_IF_ERROR(comm_stream.memset(b.flat.data(), 0, elements * size));
-      }
-    }
-    bucket_infos.push_back(b.info);
+  }
+}
+
+Status GradSync::Impl::build() {
+  if (built) return Status();
+  assign_buckets();
+  TSR_RETURN_IF_ERROR(check_layout_agrees());
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    TSR_RETURN_IF_ERROR(allocate_bucket(i));
+    bucket_infos.push_back(buckets[i].info);
   }
   for (auto& p : params) {
     TSR_ASSIGN_OR_RETURN(p.ready, device.create_event(false));
   }
   if (sharded_params()) TSR_RETURN_IF_ERROR(build_sharded_parameters());
-  if (sharded) {
-    for (Bucket& b : buckets) {
-      const size_t size = hal::dtype_size(b.info.dtype);
-      for (const ShardPiece& piece : shard_pieces(b)) {
-        ShardSegment s;
-        s.param = piece.param;
-        s.param_offset = piece.param_offset;
-        s.count = piece.count;
-        s.grad = static_cast<char*>(b.reduced_shard.data()) + piece.shard_offset * size;
-        s.data =
-            sharded_params()
-                ? static_cast<char*>(b.param_shard.data()) + piece.shard_offset * size
-                : static_cast<char*>(params[size_t(piece.param)].data) + piece.param_offset * size;
-        segments.push_back(s);
-        shard_elements += s.count;
-      }
-    }
-  }
+  if (sharded()) map_shard_segments();
   TSR_RETURN_IF_ERROR(comm_stream.synchronize());
   built = true;
   TSR_LOG(kInfo, "overlap") << "rank " << rank() << ": " << params.size() << " parameters in "

@@ -139,6 +139,12 @@ struct GradSync::Impl {
   // buckets.cc: forms the buckets, allocates their buffers, checks the layout agrees on every
   // rank (one blocking allgather), and maps the shards.
   Status build();
+  // build()'s phases: buckets in reverse registration order, the cross-rank layout check, one
+  // bucket's buffers and codec, and the shard segments of the sharded modes.
+  void assign_buckets();
+  Status check_layout_agrees();
+  Status allocate_bucket(size_t index);
+  void map_shard_segments();
   void* adjacent_gradients(const Bucket& b) const;
   // The parameters (or parts of them) in this rank's shard of `b`, in bucket order.
   std::vector<ShardPiece> shard_pieces(const Bucket& b) const;
