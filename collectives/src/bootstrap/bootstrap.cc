@@ -135,8 +135,10 @@ Result<std::shared_ptr<Bootstrap>> tcp_bootstrap(LaunchInfo info, BootstrapOptio
   std::unique_ptr<TcpStoreServer> server;
   const std::string where = detail::endpoint_name(info.store_host, info.store_port);
   if (host_here) {
-    // Bind every interface: MASTER_ADDR may name this host by an address of any of them.
-    auto started = start_tcp_store_server("", info.store_port);
+    // Bind every interface: MASTER_ADDR may name this host by an address of any of them. The
+    // job's token, when it has one, guards it (the ranks connect with the same variable).
+    auto started =
+        start_tcp_store_server("", info.store_port, {}, env::get(kStoreTokenEnv).value_or(""));
     if (!started.ok()) {
       return started.status().with_context("rank " + std::to_string(info.rank) + " (" +
                                            std::string(launcher_name(info.launcher)) +

@@ -31,6 +31,7 @@ struct TcpStoreServerStats {
   uint64_t accept_failures = 0;      // accept() errors (EMFILE, ...); the listener pauses after one
   uint64_t refused_connections = 0;  // over TcpStoreLimits::max_connections
   uint64_t dropped_stalled = 0;      // dropped after TcpStoreLimits::stall_timeout
+  uint64_t refused_unauthenticated = 0;  // closed for a missing or wrong token (or no hello)
   size_t connections = 0;
   size_t store_bytes = 0;      // counted against TcpStoreLimits::max_store_bytes
   size_t buffered_bytes = 0;   // counted against TcpStoreLimits::max_buffered_bytes

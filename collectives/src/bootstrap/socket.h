@@ -65,7 +65,16 @@ inline constexpr uint32_t kMaxFrameBytes = 256u << 20;
 // (set: the value; get: u64 timeout in ms; add: i64 delta). Response: u32 body length, then u8
 // reply code and a tail (ok: value / i64 / empty; error, refused: message). kRefused is a request
 // over one of the server's limits (TcpStoreLimits), or a connection over its connection limit.
-enum class StoreOp : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
-enum class StoreReply : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3 };
+// kHello (key: the job token, no tail) opens a connection to a store that asks for a token; the
+// server answers kOk, or kUnauthenticated (also to any other first frame) and closes. A store
+// without a token accepts any hello; a client without a token sends none.
+enum class StoreOp : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kHello = 4 };
+enum class StoreReply : uint8_t {
+  kOk = 0,
+  kTimeout = 1,
+  kError = 2,
+  kRefused = 3,
+  kUnauthenticated = 4
+};
 
 }  // namespace tessera::coll::detail

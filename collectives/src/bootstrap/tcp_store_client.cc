@@ -1,12 +1,13 @@
 // The TCP store client. Each call takes an idle connection from a small pool (or opens one), so
 // threads sharing a client never wait behind each other's parked get. Every call is bounded: set
 // and add by the timeout given at connect, get by its own timeout plus a short grace for the
-// server's answer to arrive.
+// server's answer to arrive. With a token, each connection opens with a hello carrying it.
 #include <mutex>
 #include <vector>
 
 #include "socket.h"
 #include "tessera/coll/bootstrap.h"
+#include "tessera/common/env.h"
 
 namespace tessera::coll {
 namespace {
@@ -18,10 +19,43 @@ using detail::StoreReply;
 
 constexpr std::chrono::milliseconds kReplyGrace{2000};
 
+std::string no_token_hint(const std::string& token) {
+  return token.empty() ? " (this process has no TESSERA_STORE_TOKEN)" : "";
+}
+
+// Opens one connection: connect (retrying until `deadline` when `retry`), then, with a token, the
+// hello. A refused hello is UNAUTHENTICATED (the server's reason is kept, the token is not); a
+// store at its connection limit is RESOURCE_EXHAUSTED.
+Result<Fd> open_connection(const std::string& host, int port, const std::string& token,
+                           Clock::time_point deadline, bool retry) {
+  TSR_ASSIGN_OR_RETURN(Fd fd, detail::connect_tcp(host, port, deadline, retry));
+  if (token.empty()) return fd;  // a store with a token refuses the first request instead
+  const std::string what = "TCP store at " + detail::endpoint_name(host, port) + ": hello";
+  std::string frame;
+  detail::put_u32(frame, static_cast<uint32_t>(5 + token.size()));
+  frame.push_back(static_cast<char>(StoreOp::kHello));
+  detail::put_u32(frame, static_cast<uint32_t>(token.size()));
+  frame.append(token);
+  TSR_RETURN_IF_ERROR(detail::send_all(fd.get(), frame.data(), frame.size(), deadline, what));
+  char header[4];
+  TSR_RETURN_IF_ERROR(detail::recv_all(fd.get(), header, sizeof header, deadline, what));
+  const uint32_t body = detail::get_u32(header);
+  if (body < 1 || body > 65536) {
+    return data_loss(what + ": malformed reply (length " + std::to_string(body) + ")");
+  }
+  std::string reply(body, '\0');
+  TSR_RETURN_IF_ERROR(detail::recv_all(fd.get(), reply.data(), body, deadline, what));
+  const auto code = static_cast<StoreReply>(reply[0]);
+  if (code == StoreReply::kOk) return fd;
+  if (code == StoreReply::kRefused) return resource_exhausted(what + ": " + reply.substr(1));
+  return Status(StatusCode::kUnauthenticated, what + ": " + reply.substr(1));
+}
+
 class TcpStoreClient final : public Store {
  public:
-  TcpStoreClient(std::string host, int port, std::chrono::milliseconds op_timeout, Fd first)
-      : host_(std::move(host)), port_(port), op_timeout_(op_timeout) {
+  TcpStoreClient(std::string host, int port, std::string token,
+                 std::chrono::milliseconds op_timeout, Fd first)
+      : host_(std::move(host)), port_(port), token_(std::move(token)), op_timeout_(op_timeout) {
     idle_.push_back(std::move(first));
   }
 
@@ -66,7 +100,7 @@ class TcpStoreClient final : public Store {
         return fd;
       }
     }
-    return detail::connect_tcp(host_, port_, deadline, /*retry=*/false);
+    return open_connection(host_, port_, token_, deadline, /*retry=*/false);
   }
 
   void release(Fd fd) {
@@ -108,6 +142,9 @@ class TcpStoreClient final : public Store {
     reply.erase(0, 1);
     if (code == StoreReply::kError) return failed_precondition(what + ": " + reply);
     if (code == StoreReply::kRefused) return resource_exhausted(what + ": " + reply);
+    if (code == StoreReply::kUnauthenticated) {
+      return Status(StatusCode::kUnauthenticated, what + ": " + reply + no_token_hint(token_));
+    }
     if (code != StoreReply::kOk && code != StoreReply::kTimeout) {
       return data_loss(what + ": unknown reply code " + std::to_string(static_cast<int>(code)));
     }
@@ -116,6 +153,7 @@ class TcpStoreClient final : public Store {
 
   const std::string host_;
   const int port_;
+  const std::string token_;
   const std::chrono::milliseconds op_timeout_;
   std::mutex mu_;
   std::vector<Fd> idle_;
@@ -124,13 +162,20 @@ class TcpStoreClient final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 std::string_view token) {
   if (port <= 0 || port > 65535) {
     return invalid_argument("TCP store port " + std::to_string(port) + " is not in 1..65535");
   }
-  TSR_ASSIGN_OR_RETURN(Fd fd, detail::connect_tcp(host, port, Clock::now() + timeout, true));
+  TSR_ASSIGN_OR_RETURN(Fd fd, open_connection(host, port, std::string(token),
+                                              Clock::now() + timeout, /*retry=*/true));
   return std::unique_ptr<Store>(
-      std::make_unique<TcpStoreClient>(host, port, timeout, std::move(fd)));
+      std::make_unique<TcpStoreClient>(host, port, std::string(token), timeout, std::move(fd)));
+}
+
+Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
+                                                 std::chrono::milliseconds timeout) {
+  return connect_tcp_store(host, port, timeout, env::get(kStoreTokenEnv).value_or(""));
 }
 
 }  // namespace tessera::coll

@@ -8,6 +8,11 @@
 // cap is reached) and a request or reply that stalls is dropped; connections over the limit get
 // an error and are closed; replies share the stored value instead of copying it; and when the
 // process runs out of descriptors the listener is set aside until one frees instead of spinning.
+//
+// With a job token (start_tcp_store_server's `token`), a connection's first request must be a
+// hello carrying it. Anything else first, a wrong token, a hello larger than kMaxHelloBody, or no
+// hello within kAuthTimeout closes that connection with a log line naming the peer; nothing it
+// sent reaches the data, so the job is not affected.
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -46,6 +51,12 @@ constexpr size_t kEntryOverhead = 64;
 // How long the listener rests after accept() ran out of descriptors, unless a connection closes
 // first (which frees one).
 constexpr std::chrono::milliseconds kAcceptPause{250};
+// Before authentication a connection may send one small frame (a hello: op, key length, token)
+// and must do so promptly, so that strangers cannot hold buffers or connection slots for long.
+constexpr size_t kMaxHelloBody = 5 + 1024;
+constexpr std::chrono::milliseconds kAuthTimeout{10000};
+// Refusals of unauthenticated connections logged one by one before only every 1000th is.
+constexpr uint64_t kLoggedRefusals = 20;
 
 struct Connection {
   Fd fd;
@@ -60,6 +71,8 @@ struct Connection {
   Clock::time_point wait_deadline;
   Clock::time_point busy_since{};  // when its current request or reply started; {} when idle
   bool closed = false;
+  bool authenticated = false;    // said the job's token (or the store has none)
+  Clock::time_point accepted{};  // for kAuthTimeout
 
   bool busy() const { return !in.empty() || discard > 0 || !out.empty(); }
   // A whole request is buffered and may be answered now.
@@ -80,12 +93,14 @@ std::string peer_name(const sockaddr_storage& addr, socklen_t len) {
 
 class TcpStoreServerImpl final : public TcpStoreServer {
  public:
-  TcpStoreServerImpl(Fd listener, Fd wake_read, Fd wake_write, int port, TcpStoreLimits limits)
+  TcpStoreServerImpl(Fd listener, Fd wake_read, Fd wake_write, int port, TcpStoreLimits limits,
+                     std::string token)
       : listener_(std::move(listener)),
         wake_read_(std::move(wake_read)),
         wake_write_(std::move(wake_write)),
         port_(port),
-        limits_(limits) {
+        limits_(limits),
+        token_(std::move(token)) {
     thread_ = std::thread([this] { serve(); });
   }
 
@@ -115,6 +130,8 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void write_to(Connection& c);
   void process(Connection& c);
   void handle(Connection& c, std::string_view frame);
+  void handle_hello(Connection& c, std::string_view token);
+  void refuse_unauthenticated(Connection& c, const std::string& why);
   void handle_set(Connection& c, const std::string& key, std::string_view value);
   void handle_add(Connection& c, const std::string& key, std::string_view tail);
   bool fits(const std::string& key, size_t new_value_bytes, std::string* why) const;
@@ -133,6 +150,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   Fd listener_, wake_read_, wake_write_;
   const int port_;
   const TcpStoreLimits limits_;
+  const std::string token_;  // empty: no authentication asked
   std::list<Connection> connections_;
   std::map<std::string, Bytes, std::less<>> data_;
   size_t store_bytes_ = 0;  // keys + values + kEntryOverhead per key
@@ -201,6 +219,7 @@ int TcpStoreServerImpl::poll_timeout_ms(Clock::time_point now) const {
     if (c.ready()) return 0;
     if (c.waiting) next = std::min(next, c.wait_deadline);
     if (c.busy()) next = std::min(next, c.busy_since + limits_.stall_timeout);
+    if (!c.authenticated) next = std::min(next, c.accepted + kAuthTimeout);
   }
   if (accept_paused_until_ > now) next = std::min(next, accept_paused_until_);
   if (next == Clock::time_point::max()) return -1;
@@ -250,6 +269,8 @@ bool TcpStoreServerImpl::accept_one() {
   Connection& c = connections_.emplace_back();
   c.fd = std::move(fd);
   c.peer = std::move(peer);
+  c.authenticated = token_.empty();
+  c.accepted = Clock::now();
   return true;
 }
 
@@ -275,6 +296,7 @@ void TcpStoreServerImpl::read_from(Connection& c) {
   char buf[65536];
   const size_t input_cap = 4 + max_request_body();
   for (;;) {
+    if (c.close_after_send) break;  // refused: nothing more it sends is read
     size_t want = sizeof buf;
     if (c.discard > 0) {
       want = std::min(want, c.discard);
@@ -368,6 +390,13 @@ void TcpStoreServerImpl::reply_value(Connection& c, Bytes value) {
 void TcpStoreServerImpl::process(Connection& c) {
   while (!c.closed && !c.waiting && c.out.empty() && c.discard == 0 && c.in.size() >= 4) {
     const uint32_t body = detail::get_u32(c.in.data());
+    if (!c.authenticated && (body < 5 || body > kMaxHelloBody)) {
+      refuse_unauthenticated(c, "a first request of " + std::to_string(body) +
+                                    " bytes, not a hello (5.." + std::to_string(kMaxHelloBody) +
+                                    " bytes)");
+      write_to(c);
+      return;
+    }
     if (body < 5) {
       reply(c, StoreReply::kError,
             "malformed request: a body of " + std::to_string(body) + " bytes (at least 5)");
@@ -396,6 +425,20 @@ void TcpStoreServerImpl::process(Connection& c) {
 void TcpStoreServerImpl::handle(Connection& c, std::string_view frame) {
   const auto op = static_cast<StoreOp>(frame[0]);
   const uint32_t key_len = detail::get_u32(frame.data() + 1);
+  if (!c.authenticated && (op != StoreOp::kHello || key_len != frame.size() - 5)) {
+    refuse_unauthenticated(
+        c, op == StoreOp::kHello ? "a malformed hello" : "a request before the hello");
+    return;
+  }
+  if (op == StoreOp::kHello) {
+    if (key_len != frame.size() - 5) {
+      reply(c, StoreReply::kError, "malformed hello");
+      c.close_after_send = true;
+      return;
+    }
+    handle_hello(c, frame.substr(5));
+    return;
+  }
   if (key_len > frame.size() - 5) {
     reply(c, StoreReply::kError,
           "malformed request: a key of " + std::to_string(key_len) + " bytes in a body of " +
@@ -438,6 +481,41 @@ void TcpStoreServerImpl::handle(Connection& c, std::string_view frame) {
             "unknown store operation " + std::to_string(static_cast<unsigned char>(frame[0])));
       break;
   }
+}
+
+// A hello carries the job token; without a token on this store any hello is welcome (clients of
+// a job with a token may meet a store started without one).
+void TcpStoreServerImpl::handle_hello(Connection& c, std::string_view token) {
+  if (!token_.empty()) {
+    // Compared in time independent of where the first difference is.
+    unsigned char diff = token.size() == token_.size() ? 0 : 1;
+    for (size_t i = 0; i < token.size() && i < token_.size(); ++i) {
+      diff |= static_cast<unsigned char>(token[i] ^ token_[i]);
+    }
+    if (diff != 0) {
+      refuse_unauthenticated(c, token.empty() ? "an empty token" : "a wrong token");
+      return;
+    }
+  }
+  c.authenticated = true;
+  reply(c, StoreReply::kOk, {});
+}
+
+// Closes a connection that did not authenticate, after one kRefused frame saying why. Logged one
+// by one up to kLoggedRefusals, then every 1000th, so that a flood cannot flood the log.
+void TcpStoreServerImpl::refuse_unauthenticated(Connection& c, const std::string& why) {
+  const uint64_t n = ++counters_.refused_unauthenticated;
+  if (n <= kLoggedRefusals || n % 1000 == 0) {
+    TSR_LOG(kWarn, "coll") << where() << ": refused the connection from " << c.peer << ": " << why
+                           << " (the store asks for the job token; " << n << " refused so far)";
+  }
+  reply(c, StoreReply::kUnauthenticated,
+        "the store refused this connection: " + why +
+            " (it asks for the job's token, "
+            "TESSERA_STORE_TOKEN)");
+  c.close_after_send = true;
+  c.discard = 0;
+  consume(c, c.in.size());
 }
 
 void TcpStoreServerImpl::handle_set(Connection& c, const std::string& key, std::string_view value) {
@@ -542,6 +620,11 @@ void TcpStoreServerImpl::wake_waiters(const std::string& key) {
 void TcpStoreServerImpl::expire(Clock::time_point now) {
   for (Connection& c : connections_) {
     if (c.closed) continue;
+    if (!c.authenticated && c.out.empty() && now - c.accepted >= kAuthTimeout) {
+      refuse_unauthenticated(c, "no hello within " + std::to_string(kAuthTimeout.count()) + " ms");
+      write_to(c);
+      continue;
+    }
     if (c.waiting && c.wait_deadline <= now) {
       c.waiting = false;
       reply(c, StoreReply::kTimeout, {});
@@ -597,7 +680,8 @@ TcpStoreServerStats tcp_store_server_stats(const TcpStoreServer& server) {
 }  // namespace detail
 
 Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string& host, int port,
-                                                               TcpStoreLimits limits) {
+                                                               TcpStoreLimits limits,
+                                                               std::string_view token) {
   if (port < 0 || port > 65535) {
     return invalid_argument("TCP store port " + std::to_string(port) + " is not in 0..65535");
   }
@@ -614,9 +698,12 @@ Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return internal_error(std::string("TCP store server: pipe: ") + std::strerror(errno));
   }
-  TSR_LOG(kInfo, "coll") << "TCP store serving on " << detail::endpoint_name(host, bound);
+  TSR_LOG(kInfo, "coll") << "TCP store serving on "
+                         << detail::endpoint_name(host.empty() ? "0.0.0.0" : host, bound)
+                         << (token.empty() ? " without a token" : " (token required)");
   return std::unique_ptr<TcpStoreServer>(std::make_unique<TcpStoreServerImpl>(
-      std::move(listener), detail::Fd(pipe_fds[0]), detail::Fd(pipe_fds[1]), bound, limits));
+      std::move(listener), detail::Fd(pipe_fds[0]), detail::Fd(pipe_fds[1]), bound, limits,
+      std::string(token)));
 }
 
 }  // namespace tessera::coll

@@ -35,22 +35,38 @@ const std::string* find_var(const std::vector<std::string>& env, const std::stri
 
 }  // namespace
 
-Result<std::vector<std::string>> rank_environment(const LaunchOptions& options, int rank,
-                                                  int store_port, int generation,
+Result<std::vector<std::string>> rank_environment(const LaunchOptions& options,
+                                                  const NodePlacement& placement, int local_rank,
+                                                  int generation,
                                                   const std::vector<std::string>& base) {
   std::vector<std::string> env = base;
+  const int rank = local_rank;  // device slices and binding are per node
   const std::string n = std::to_string(options.nprocs);
-  set_var(env, "RANK", std::to_string(rank));
-  set_var(env, "WORLD_SIZE", n);
-  set_var(env, "LOCAL_RANK", std::to_string(rank));
+  const std::string global = std::to_string(placement.global_rank(options.nprocs, local_rank));
+  const std::string world = std::to_string(placement.nnodes * options.nprocs);
+  set_var(env, "RANK", global);
+  set_var(env, "WORLD_SIZE", world);
+  set_var(env, "LOCAL_RANK", std::to_string(local_rank));
   set_var(env, "LOCAL_WORLD_SIZE", n);
-  set_var(env, "MASTER_ADDR", "127.0.0.1");
-  set_var(env, "MASTER_PORT", std::to_string(store_port));
+  set_var(env, "GROUP_RANK", std::to_string(placement.node_rank));
+  set_var(env, "GROUP_WORLD_SIZE", std::to_string(placement.nnodes));
+  set_var(env, "ROLE_RANK", global);
+  set_var(env, "ROLE_WORLD_SIZE", world);
+  set_var(env, "ROLE_NAME", "default");
+  set_var(env, "MASTER_ADDR", placement.store_host);
+  set_var(env, "MASTER_PORT", std::to_string(placement.store_port));
   set_var(env, "TESSERA_LAUNCHER", "tessera");
   set_var(env, "TESSERA_STORE_HOSTED", "1");
   set_var(env, "TESSERA_GENERATION", std::to_string(generation));
-  // The store is the launcher's; a TESSERA_STORE_PORT meant for another job must not redirect.
+  // The store is the launcher's; a TESSERA_STORE_PORT meant for another job must not redirect,
+  // and only this job's token opens it.
   std::erase_if(env, [](const std::string& e) { return e.rfind("TESSERA_STORE_PORT=", 0) == 0; });
+  if (placement.token.empty()) {
+    std::erase_if(env,
+                  [](const std::string& e) { return e.rfind("TESSERA_STORE_TOKEN=", 0) == 0; });
+  } else {
+    set_var(env, "TESSERA_STORE_TOKEN", placement.token);
+  }
   const int k = options.devices_per_rank;
   if (k <= 0) return env;
   // The count changes; a mode after it ("N:discrete", device memory the CPU cannot touch) is the
@@ -178,6 +194,81 @@ std::string describe_exec_failure(const std::string& path, int error) {
     default: reason = "execve failed";
   }
   return "cannot execute '" + path + "': " + reason + " (" + why + ")";
+}
+
+Status parse_endpoint(const std::string& text, std::string* out_host, int* out_port) {
+  const std::string bad = "--rdzv-endpoint '" + text + "' is not HOST:PORT";
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return invalid_argument(bad);
+  std::string host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3) return invalid_argument(bad);
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    return invalid_argument(bad + " (write an IPv6 address as [ADDR]:PORT)");
+  }
+  auto port = env::parse_int(text.substr(colon + 1));
+  if (!port.ok() || *port < 1 || *port > 65535) {
+    return invalid_argument(bad + " (the port must be in 1..65535)");
+  }
+  *out_host = host;
+  *out_port = static_cast<int>(*port);
+  return {};
+}
+
+namespace {
+
+// A Slurm variable as a count or index; `what` says which option it stands for.
+Result<int> slurm_number(const char* name, const char* what) {
+  auto text = env::get(name);
+  auto parsed = env::parse_int(*text);
+  if (!parsed.ok() || *parsed > 1000000) {
+    return invalid_argument(std::string(name) + "='" + *text + "' (standing for " + what +
+                            ") is not a non-negative integer");
+  }
+  return static_cast<int>(*parsed);
+}
+
+}  // namespace
+
+Status resolve_nodes(LaunchOptions& options) {
+  if (!options.nnodes_given && env::get("SLURM_NNODES")) {
+    TSR_ASSIGN_OR_RETURN(options.nnodes_max, slurm_number("SLURM_NNODES", "--nnodes"));
+    options.nnodes_min = options.nnodes_max;
+  }
+  if (options.node_rank < 0 && env::get("SLURM_NODEID")) {
+    TSR_ASSIGN_OR_RETURN(options.node_rank, slurm_number("SLURM_NODEID", "--node-rank"));
+  }
+  if (options.node_rank < 0) options.node_rank = 0;
+  if (options.nnodes_min < 1 || options.nnodes_min > options.nnodes_max ||
+      options.nnodes_max > 4096) {
+    return invalid_argument("--nnodes " + std::to_string(options.nnodes_min) + ":" +
+                            std::to_string(options.nnodes_max) +
+                            ": expected N or MIN:MAX with 1 <= MIN <= MAX <= 4096");
+  }
+  if (options.node_rank >= options.nnodes_max) {
+    return invalid_argument("--node-rank " + std::to_string(options.node_rank) +
+                            " is not below --nnodes " + std::to_string(options.nnodes_max));
+  }
+  if (int64_t{options.nnodes_max} * options.nprocs > 1 << 20) {
+    return invalid_argument("--nnodes " + std::to_string(options.nnodes_max) +
+                            " x --nproc-per-node " + std::to_string(options.nprocs) +
+                            " ranks is more than 2^20");
+  }
+  if (options.nnodes_max > 1 && options.rdzv_endpoint.empty()) {
+    return invalid_argument("--nnodes " + std::to_string(options.nnodes_max) +
+                            " needs --rdzv-endpoint HOST:PORT (node rank 0's address, where it "
+                            "hosts the store)");
+  }
+  if (!options.rdzv_endpoint.empty()) {
+    std::string host;
+    int port = 0;
+    TSR_RETURN_IF_ERROR(parse_endpoint(options.rdzv_endpoint, &host, &port));
+  }
+  if (options.rdzv_timeout_s < 1 || options.rdzv_timeout_s > 86400) {
+    return invalid_argument("--rdzv-timeout-s must be in 1..86400");
+  }
+  return {};
 }
 
 std::chrono::milliseconds restart_delay(const LaunchOptions& options, int restart) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous.h"
 #include "tessera/coll/bootstrap.h"
 #include "tessera/common/env.h"
 #include "watchdog.h"
@@ -73,7 +74,7 @@ void say(const std::string& line) {
 // One pipe from a rank's stdout or stderr to ours.
 struct Stream {
   int fd = -1;
-  int rank = 0;
+  int rank = 0;    // global
   int target = 1;  // 1 = our stdout, 2 = our stderr
   std::string partial;
 };
@@ -93,6 +94,7 @@ class Job {
 
  private:
   std::optional<int> prepare();
+  std::optional<int> host_or_join_store();
   std::optional<int> install_signal_handlers();
   Status start_guards();
   void handle_signals();
@@ -100,6 +102,11 @@ class Job {
   // run()'s phases.
   void start_ranks();
   bool all_done();
+  bool nodes_done();
+  void handle_node_events();
+  int next_generation();
+  int global(int local_rank) const { return placement_.global_rank(o_.nprocs, local_rank); }
+  bool multi_node() const { return o_.nnodes_max > 1; }
   bool enforce_deadlines(Clock::time_point now, Clock::time_point job_deadline);
   void wait_for_events(Clock::time_point now, Clock::time_point job_deadline);
   Status spawn(int rank);
@@ -120,7 +127,15 @@ class Job {
   std::vector<RankProc> ranks_;
   std::list<Stream> streams_;
   std::unique_ptr<coll::TcpStoreServer> store_;
-  std::unique_ptr<coll::Store> self_store_;  // a client of store_, to publish restarts
+  std::unique_ptr<coll::Store> self_store_;  // a client of the job's store, to publish restarts
+  NodePlacement placement_;
+  std::unique_ptr<NodeWatch> watch_;  // several nodes: the other nodes' failures, node 0's wait
+  std::string failure_;               // why this node stops the job, for the other nodes
+  bool remote_stop_ = false;          // stopped for another node (nothing to publish)
+  bool done_published_ = false;
+  bool nodes_awaited_ = false;
+  bool nodes_done_ = false;
+  int first_generation_ = 0;
   std::string program_;
   std::vector<std::string> base_env_;
   std::optional<Watchdog> watchdog_;
@@ -181,6 +196,11 @@ void Job::stop(int signo) {
   if (!stopping_) {
     stopping_ = true;
     kill_at_ = Clock::now() + o_.grace;
+    if (multi_node() && !remote_stop_ && self_store_) {
+      const std::string who = "node rank " + std::to_string(placement_.node_rank);
+      publish_abort(*self_store_, exit_code_ != 0 ? exit_code_ : 1,
+                    who + ": " + (failure_.empty() ? "stopped" : failure_));
+    }
   }
   for (RankProc& r : ranks_) r.restart_at = Clock::time_point::max();
   signal_groups(signo);
@@ -255,7 +275,7 @@ int read_exec_error(int fd) {
 }
 
 Status Job::spawn(int rank) {
-  auto env = rank_environment(o_, rank, store_->port(), generation_, base_env_);
+  auto env = rank_environment(o_, placement_, rank, generation_, base_env_);
   if (!env.ok()) return env.status();
   std::vector<char*> envp;
   for (std::string& e : *env) envp.push_back(e.data());
@@ -316,8 +336,8 @@ Status Job::spawn(int rank) {
     ::close(err[1]);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
-    streams_.push_back({out[0], rank, 1, {}});
-    streams_.push_back({err[0], rank, 2, {}});
+    streams_.push_back({out[0], global(rank), 1, {}});
+    streams_.push_back({err[0], global(rank), 2, {}});
   }
   return {};
 }
@@ -371,10 +391,10 @@ void Job::on_rank_exit(int rank, int status) {
                                     signal_name(WTERMSIG(status)) + ")";
   if (restarts_used_ < o_.max_restarts) {
     ++restarts_used_;
-    ++generation_;
+    generation_ = next_generation();
     ++r.restarts;
     const auto delay = restart_delay(o_, restarts_used_);
-    say("rank " + std::to_string(rank) + " " + how + "; restarting it " +
+    say("rank " + std::to_string(global(rank)) + " " + how + "; restarting it " +
         (delay.count() > 0 ? "in " + std::to_string(delay.count()) + " ms" : "now") + " (restart " +
         std::to_string(restarts_used_) + " of " + std::to_string(o_.max_restarts) +
         ", TESSERA_GENERATION=" + std::to_string(generation_) + ")");
@@ -384,11 +404,24 @@ void Job::on_rank_exit(int rank, int status) {
   }
   exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   const int others = running_count();
-  say("rank " + std::to_string(rank) + " " + how +
+  failure_ = "rank " + std::to_string(global(rank)) + " " + how;
+  say("rank " + std::to_string(global(rank)) + " " + how +
       (others > 0
            ? "; stopping the other " + std::to_string(others) + " rank" + (others > 1 ? "s" : "")
            : ""));
   stop(SIGTERM);
+}
+
+// One node: the next generation. Several: each node's launcher restarts its own ranks, so the
+// generation is drawn from a counter in the store (two nodes restarting at once get two).
+int Job::next_generation() {
+  if (!multi_node() || !self_store_) return generation_ + 1;
+  auto drawn = self_store_->add("tessera/launch/generations", 1);
+  if (!drawn.ok()) {
+    say("cannot draw a generation from the store: " + drawn.status().message());
+    return generation_ + 1;
+  }
+  return first_generation_ + static_cast<int>(*drawn);
 }
 
 void Job::restart_due(Clock::time_point now) {
@@ -410,7 +443,7 @@ void Job::restart(int rank) {
   publish(coll::kGenerationKey, generation_);
   Status spawned = spawn(rank);
   if (spawned.ok()) return;
-  say("rank " + std::to_string(rank) + ": restart failed: " + spawned.message());
+  say("rank " + std::to_string(global(rank)) + ": restart failed: " + spawned.message());
   exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
   stop(SIGTERM);
 }
@@ -454,9 +487,10 @@ std::optional<int> Job::prepare() {
     return 2;
   }
   generation_ = *gen;
+  first_generation_ = *gen;
   for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
   for (int r = 0; r < o_.nprocs; ++r) {  // bad device lists are found before anything starts
-    auto env = rank_environment(o_, r, 0, generation_, base_env_);
+    auto env = rank_environment(o_, placement_, r, generation_, base_env_);
     if (!env.ok()) {
       say(env.status().message());
       return 2;
@@ -466,21 +500,74 @@ std::optional<int> Job::prepare() {
     say(guards.message());
     return 1;
   }
-  auto store = coll::start_tcp_store_server("127.0.0.1", 0);
-  if (!store.ok()) {
-    say("cannot host the TCP store: " + store.status().message());
-    return 1;
-  }
-  store_ = std::move(*store);
-  auto self = coll::connect_tcp_store("127.0.0.1", store_->port(), std::chrono::seconds(5));
-  if (!self.ok()) {
-    say("cannot connect to the store it hosts: " + self.status().message());
-    return 1;
-  }
-  self_store_ = std::move(*self);
+  if (std::optional<int> failed = host_or_join_store()) return failed;
   publish(coll::kGenerationKey, generation_);
   publish(coll::kRestartsKey, 0);
   return install_signal_handlers();
+}
+
+// Node rank 0 (or a launcher alone) hosts the store, at --rdzv-endpoint's address (or
+// --rdzv-bind) or on 127.0.0.1 at a free port; every launcher then connects to it with the job
+// token and, on several nodes, joins the other nodes and starts watching the store.
+std::optional<int> Job::host_or_join_store() {
+  const auto deadline = Clock::now() + std::chrono::seconds(o_.rdzv_timeout_s);
+  auto token = job_token(o_, deadline);
+  if (!token.ok()) {
+    say(token.status().message());
+    return token.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  placement_.token = *token;
+  placement_.node_rank = o_.node_rank;
+  placement_.nnodes = o_.nnodes_max;
+  int port = 0;
+  if (!o_.rdzv_endpoint.empty()) {
+    // resolve_nodes checked it.
+    (void)parse_endpoint(o_.rdzv_endpoint, &placement_.store_host, &port).ok();
+  }
+  if (o_.node_rank == 0) {
+    const std::string bind = !o_.rdzv_bind.empty() ? o_.rdzv_bind : placement_.store_host;
+    auto store = coll::start_tcp_store_server(bind, port, {}, placement_.token);
+    if (!store.ok()) {
+      say("cannot host the TCP store: " + store.status().message());
+      return 1;
+    }
+    store_ = std::move(*store);
+    port = store_->port();
+  }
+  placement_.store_port = port;
+  const std::string where = placement_.store_host + ":" + std::to_string(port);
+  auto self = coll::connect_tcp_store(placement_.store_host, port,
+                                      std::chrono::seconds(o_.rdzv_timeout_s), placement_.token);
+  if (!self.ok()) {
+    say("cannot connect to the job's store at " + where + ": " + self.status().message());
+    return 1;
+  }
+  self_store_ = std::move(*self);
+  if (!multi_node()) return std::nullopt;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  if (Status joined = join_nodes(*self_store_, o_, host, deadline); !joined.ok()) {
+    say("node rank " + std::to_string(o_.node_rank) + " cannot join the job at " + where + ": " +
+        joined.message());
+    return joined.code() == StatusCode::kDeadlineExceeded ? 1 : 2;
+  }
+  auto watch_client = coll::connect_tcp_store(placement_.store_host, port, std::chrono::seconds(10),
+                                              placement_.token);
+  if (!watch_client.ok()) {
+    say("cannot connect to the job's store at " + where + ": " + watch_client.status().message());
+    return 1;
+  }
+  auto watch = NodeWatch::start(std::move(*watch_client), o_);
+  if (!watch.ok()) {
+    say(watch.status().message());
+    return 1;
+  }
+  watch_ = std::move(*watch);
+  say("node rank " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes_max) +
+      " joined the job at " + where + " (ranks " + std::to_string(global(0)) + ".." +
+      std::to_string(global(o_.nprocs - 1)) + " of " + std::to_string(o_.nnodes_max * o_.nprocs) +
+      ")");
+  return std::nullopt;
 }
 
 std::optional<int> Job::install_signal_handlers() {
@@ -543,7 +630,7 @@ void Job::start_ranks() {
   for (int r = 0; r < o_.nprocs; ++r) {
     Status spawned = spawn(r);
     if (!spawned.ok()) {
-      say("rank " + std::to_string(r) + ": " + spawned.message());
+      say("rank " + std::to_string(global(r)) + ": " + spawned.message());
       // A command that exists but cannot be executed exits 127, like one that is not found.
       exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
       stop(SIGTERM);
@@ -556,9 +643,50 @@ void Job::start_ranks() {
 // rank is gone, the pipes (held by the ranks' leftovers) get the grace period to drain.
 bool Job::all_done() {
   if (running_count() != 0 || next_restart() != Clock::time_point::max()) return false;
-  if (streams_.empty()) return true;
+  if (streams_.empty()) return nodes_done();
   if (drain_until_ == Clock::time_point::max()) drain_until_ = Clock::now() + o_.grace;
   return false;
+}
+
+// Several nodes: this node's ranks are gone. It says so in the store; node 0, whose store the
+// others' ranks may still use, then waits until every node is done (or has stopped beating).
+bool Job::nodes_done() {
+  if (!multi_node() || !self_store_) return true;
+  if (!done_published_) {
+    done_published_ = true;
+    publish_done(*self_store_, placement_.node_rank, exit_code_);
+  }
+  if (placement_.node_rank != 0 || !watch_) return true;
+  if (!nodes_awaited_) {
+    nodes_awaited_ = true;
+    watch_->await_nodes();
+  }
+  return nodes_done_;
+}
+
+// What the node watch saw: another node's failure or the store's loss stops this node's ranks;
+// on node 0, the end of the wait for the others.
+void Job::handle_node_events() {
+  while (std::optional<NodeWatch::Event> e = watch_->take()) {
+    switch (e->kind) {
+      case NodeWatch::Kind::kAbort:
+      case NodeWatch::Kind::kStoreLost:
+        if (stopping_) break;  // this node's own abort, or already stopping
+        say((e->kind == NodeWatch::Kind::kAbort ? "the job failed on " + e->message
+                                                : "lost the job's store: " + e->message) +
+            "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
+        remote_stop_ = true;
+        if (exit_code_ == 0) exit_code_ = e->exit_code != 0 ? e->exit_code : 1;
+        stop(SIGTERM);
+        break;
+      case NodeWatch::Kind::kNodeLost:
+        say(e->message);
+        if (exit_code_ == 0) exit_code_ = 1;
+        nodes_done_ = true;
+        break;
+      case NodeWatch::Kind::kNodesDone: nodes_done_ = true; break;
+    }
+  }
 }
 
 // The job's --timeout-s, the grace period of a stop, due restarts and the drain period. False
@@ -582,6 +710,7 @@ bool Job::enforce_deadlines(Clock::time_point now, Clock::time_point job_deadlin
     ::close(s.fd);
   }
   streams_.clear();
+  drain_until_ = Clock::time_point::max();  // drained; node 0 may still wait for the others
   return false;
 }
 
@@ -596,6 +725,7 @@ void Job::wait_for_events(Clock::time_point now, Clock::time_point job_deadline)
   }
   std::vector<pollfd> fds;
   fds.push_back({signal_read_, POLLIN, 0});
+  fds.push_back({watch_ ? watch_->fd() : -1, POLLIN, 0});
   for (const Stream& s : streams_) fds.push_back({s.fd, POLLIN, 0});
   const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
   if (rc < 0 && errno != EINTR) {
@@ -604,12 +734,13 @@ void Job::wait_for_events(Clock::time_point now, Clock::time_point job_deadline)
     return;
   }
   if (rc <= 0) return;
-  size_t i = 1;
+  size_t i = 2;
   for (Stream& s : streams_) {
     if (fds[i++].revents != 0) pump(s);
   }
   streams_.remove_if([](const Stream& s) { return s.fd < 0; });
   if (fds[0].revents != 0) handle_signals();
+  if (fds[1].revents != 0) handle_node_events();
 }
 
 int Job::run() {
@@ -619,7 +750,7 @@ int Job::run() {
                                              : Clock::time_point::max();
   while (!all_done()) {
     const auto now = Clock::now();
-    if (!enforce_deadlines(now, job_deadline)) break;
+    if (!enforce_deadlines(now, job_deadline) && nodes_done()) break;
     wait_for_events(now, job_deadline);
   }
   finish();

@@ -77,12 +77,27 @@ struct TcpStoreLimits {
   // A connection with a request half-received, or a reply half-sent, for this long is dropped.
   std::chrono::milliseconds stall_timeout{30000};
 };
-// Binds `host:port` (port 0 = any free port) and serves from a background thread.
+// Binds `host:port` (port 0 = any free port; host "" or "0.0.0.0" = every interface) and serves
+// from a background thread. A non-empty `token` (the job's secret) must open every connection
+// (connect_tcp_store sends it); a connection without it is refused and closed, with a log line,
+// and nothing it sent reaches the store (docs/LAUNCH.md, "Store security").
 Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const std::string& host, int port,
-                                                               TcpStoreLimits limits = {});
-// Connects to a TCP store, retrying until `timeout` (the server may start later than the client).
+                                                               TcpStoreLimits limits = {},
+                                                               std::string_view token = {});
+// Connects to a TCP store, retrying until `timeout` (the server may start later than the client),
+// and opens every connection with `token` (none when empty). A store that refuses the token is
+// UNAUTHENTICATED (not retried); a store that asks for a token and gets none answers the first
+// call UNAUTHENTICATED. A store without a token accepts any.
+Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::string_view token);
+// The same with the token of this process's job: TESSERA_STORE_TOKEN, none when unset.
 Result<std::unique_ptr<Store>> connect_tcp_store(const std::string& host, int port,
                                                  std::chrono::milliseconds timeout);
+
+// The environment variable that carries a job's store token to its ranks (never the command
+// line, which other users can read in /proc).
+inline constexpr const char* kStoreTokenEnv = "TESSERA_STORE_TOKEN";
 
 // Keys `tessera launch` publishes in its store (decimal strings, not prefixed by a generation),
 // each set before the restarted rank is spawned; tessera/generation is also set at start-up.

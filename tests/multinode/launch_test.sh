@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# `tessera launch` across two emulated hosts (the fixture's namespaces, fixture.sh): one launcher
+# per host, node rank 0 on host 0 hosting the store at 10.77.0.1, two ranks per host.
+#
+# Cases:
+#   allreduce_across_hosts         the hierarchical allreduce rank of the UCX netns test
+#                                  (tessera_coll_netns_rank communicator) runs on 4 ranks over 2
+#                                  hosts; the job token comes from a token file node 0 writes
+#   rank_failure_stops_every_host  rank 3 (host 1) exits 3: both launchers stop their ranks and
+#                                  exit 3, host 0 naming the failed rank
+#   store_refuses_strangers        while node 0 waits for node 1, a launcher with a wrong token,
+#                                  a hello without a token, raw garbage, half and oversized
+#                                  messages and idle connections reach the store from host 1;
+#                                  each is refused (node 0 logs it) and the real node 1 then
+#                                  completes the job (tessera_bootstrap_probe on 4 ranks)
+#
+# Usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE
+# Exit: 0 pass, 1 fail, 77 skipped (the fixture could not make hosts: not root, ...).
+set -u -o pipefail
+case_name=${1:?usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE}
+state=$2
+tessera=$3
+netns_rank=$4
+probe=$5
+here=$(cd "$(dirname "$0")" && pwd)
+hosts_sh="$here/../../scripts/netns-hosts.sh"
+
+[ -f "$state" ] || {
+  echo "FAIL: no testbed ($state): the fixture multinode.testbed_up did not run"
+  exit 1
+}
+name=$(head -n1 "$state")
+case "$name" in SKIP*) echo "SKIP: ${name#SKIP }"; exit 77 ;; esac
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-multinode-XXXXXX")
+pids=()
+cleanup() {
+  # Each pid is a `timeout`, which passes SIGTERM on to its launcher (that stops its ranks); the
+  # fixture's cleanup kills whatever still runs on the hosts.
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Every launcher is bounded: one still running after this is killed (and the test fails).
+limit=30
+endpoint=10.77.0.1
+# Each case its own port: the cases share the fixture's hosts and may run at once.
+case "$case_name" in
+  allreduce_across_hosts) port=29401 ;;
+  rank_failure_stops_every_host) port=29402 ;;
+  store_refuses_strangers) port=29403 ;;
+  *) echo "FAIL: unknown case '$case_name'"; exit 1 ;;
+esac
+
+# on_host H VAR=VALUE... -- CMD...: CMD on host H with extra environment, bounded by $limit.
+on_host() {
+  local h=$1
+  shift
+  local vars=()
+  while [ "$1" != -- ]; do
+    vars+=("$1")
+    shift
+  done
+  shift
+  bash "$hosts_sh" exec "$name" "$h" env "${vars[@]}" timeout -s KILL "$limit" "$@"
+}
+
+# launcher H OUT VAR=VALUE... -- CMD...: the launcher of node rank H on host H in the background,
+# stdout and stderr to OUT.out / OUT.err; its pid is appended to pids.
+launcher() {
+  local h=$1 out=$2
+  shift 2
+  local vars=()
+  while [ "$1" != -- ]; do
+    vars+=("$1")
+    shift
+  done
+  shift
+  # A simple command, not a function: its pid becomes, exec by exec, the `timeout` process.
+  bash "$hosts_sh" exec "$name" "$h" env "${vars[@]}" timeout -s KILL "$limit" \
+    "$tessera" launch --nnodes 2 --nproc-per-node 2 --node-rank "$h" \
+    --rdzv-endpoint "$endpoint:$port" --rdzv-timeout-s 20 "$@" >"$out.out" 2>"$out.err" &
+  pids+=($!)
+}
+
+fail() {
+  echo "FAIL: $*"
+  for f in "$work"/*.out "$work"/*.err; do
+    [ -s "$f" ] && { echo "--- $(basename "$f")"; tail -n 40 "$f"; }
+  done
+  exit 1
+}
+
+expect_in() {  # FILE TEXT
+  grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks '$2'"
+}
+
+case "$case_name" in
+  allreduce_across_hosts)
+    common=(TESSERA_COLL_ALGO=allreduce:hierarchical TESSERA_COLL_TIMEOUT_MS=20000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0)
+    launcher 0 "$work/node0" "${common[@]}" -- --rdzv-token-file "$work/token" \
+      -- "$netns_rank" communicator
+    launcher 1 "$work/node1" "${common[@]}" -- --rdzv-token-file "$work/token" \
+      -- "$netns_rank" communicator
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -eq 0 ] && [ "$code1" -eq 0 ] || fail "launchers exited $code0 and $code1"
+    for r in 0 1; do expect_in "$work/node0.out" "[rank $r] netns rank $r (host 0 of 2"; done
+    for r in 2 3; do expect_in "$work/node1.out" "[rank $r] netns rank $r (host 1 of 2"; done
+    expect_in "$work/node1.err" "node rank 1 of 2 joined the job at $endpoint:$port (ranks 2..3 of 4)"
+    [ "$(stat -c %a "$work/token")" = 600 ] || fail "the token file is not mode 0600"
+    echo "PASS: 4 ranks on 2 hosts, hierarchical allreduce through a token-guarded store"
+    ;;
+
+  rank_failure_stops_every_host)
+    export TESSERA_STORE_TOKEN="t-$$-$RANDOM"
+    rank_cmd='if [ "$RANK" = 3 ]; then sleep 1; exit 3; fi; exec sleep 25'
+    start=$(date +%s)
+    launcher 0 "$work/node0" TESSERA_STORE_TOKEN="$TESSERA_STORE_TOKEN" -- -- sh -c "$rank_cmd"
+    launcher 1 "$work/node1" TESSERA_STORE_TOKEN="$TESSERA_STORE_TOKEN" -- -- sh -c "$rank_cmd"
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    took=$(($(date +%s) - start))
+    [ "$code0" -eq 3 ] && [ "$code1" -eq 3 ] || fail "launchers exited $code0 and $code1, not 3"
+    # Not a timing assertion: the sleeping ranks would have run 25 s, the launchers' limit is 30.
+    [ "$took" -lt 20 ] || fail "the job took $took s: the failure did not stop the other host"
+    expect_in "$work/node1.err" "rank 3 exited with code 3"
+    expect_in "$work/node0.err" "the job failed on node rank 1: rank 3 exited with code 3"
+    echo "PASS: a rank failing on host 1 stopped both hosts (exit 3 on each, $took s)"
+    ;;
+
+  store_refuses_strangers)
+    token="right-$$-$RANDOM"
+    launcher 0 "$work/node0" TESSERA_STORE_TOKEN="$token" TESSERA_LOG=warn -- -- "$probe"
+    # Strangers from host 1, once the store listens (bounded wait).
+    for _ in $(seq 100); do
+      on_host 1 -- bash -c "exec 3<>/dev/tcp/$endpoint/$port" 2>/dev/null && break
+      sleep 0.1
+    done
+    launcher 1 "$work/wrong" TESSERA_STORE_TOKEN=wrong -- -- "$probe"
+    wait "${pids[1]}"; wrong=$?
+    pids=("${pids[0]}")
+    [ "$wrong" -ne 0 ] || fail "a launcher with a wrong token joined"
+    expect_in "$work/wrong.err" "refused"
+    # Raw clients, each on its own connection: garbage, half a hello, an oversized frame, a hello
+    # with no token, an idle connection, a set without a hello, then 50 connections in turn.
+    on_host 1 -- bash -c "
+      exec 3<>/dev/tcp/$endpoint/$port; printf 'GET / HTTP/1.1\r\n\r\n' >&3
+      exec 4<>/dev/tcp/$endpoint/$port; printf '\x20\x00\x00\x00\x04\x10' >&4
+      exec 5<>/dev/tcp/$endpoint/$port; printf '\xff\xff\xff\x0f' >&5
+      exec 6<>/dev/tcp/$endpoint/$port
+      exec 9<>/dev/tcp/$endpoint/$port; printf '\x05\x00\x00\x00\x04\x00\x00\x00\x00' >&9
+      exec 7<>/dev/tcp/$endpoint/$port; printf '\x0b\x00\x00\x00\x01\x01\x00\x00\x00kvalue' >&7
+      for i in \$(seq 50); do exec 8<>/dev/tcp/$endpoint/$port; done
+      sleep 1" || fail "the raw clients could not connect"
+    launcher 1 "$work/node1" TESSERA_STORE_TOKEN="$token" -- -- "$probe"
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -eq 0 ] && [ "$code1" -eq 0 ] || fail "launchers exited $code0 and $code1"
+    for r in 0 1; do expect_in "$work/node0.out" "[rank $r] rank $r of 4 (tessera): 0,1,2,3"; done
+    for r in 2 3; do expect_in "$work/node1.out" "[rank $r] rank $r of 4 (tessera): 0,1,2,3"; done
+    expect_in "$work/node0.err" "refused the connection from 10.77.0.2"
+    expect_in "$work/node0.err" "a wrong token"
+    expect_in "$work/node0.err" "an empty token"
+    expect_in "$work/node0.err" "a request before the hello"
+    echo "PASS: strangers refused, the job completed on 4 ranks over 2 hosts"
+    ;;
+esac
+exit 0
