@@ -1,5 +1,6 @@
-// build_decoder and the presets. Preset figures come from the models' papers / config.json files.
+// build_decoder: a DecoderConfig checked and expanded into the layer list (presets.cc has presets).
 #include <string>
+#include <vector>
 
 #include "tessera/ir/loaders.h"
 
@@ -27,6 +28,13 @@ Status check_limits(const DecoderConfig& c) {
       {"n_positions", c.learned_positions, kMaxVocab},
       {"max_position_embeddings", c.max_seq_len, kMaxVocab},
       {"num_local_experts", c.experts, kMaxExperts},
+      {"dense intermediate_size", c.dense_ffn, kMaxFfn},
+      {"shared expert intermediate size", c.shared_ffn, kMaxFfn},
+      {"sliding_window", c.sliding_window, kMaxVocab},
+      {"q_lora_rank", c.q_lora_rank, kMaxWidth},
+      {"kv_lora_rank", c.kv_lora_rank, kMaxWidth},
+      {"qk_rope_head_dim", c.rope_head_dim, kMaxWidth},
+      {"v_head_dim", c.v_head_dim, kMaxWidth},
   };
   for (const auto& l : limits) {
     if (l.value > l.max) {
@@ -62,6 +70,7 @@ Result<Model> build_decoder(const DecoderConfig& c) {
   Model m;
   m.name = c.name;
   m.max_seq_len = c.max_seq_len;
+  m.notes = c.notes;
   Layer base;
   base.hidden = c.hidden;
   base.bias = c.bias;
@@ -82,14 +91,36 @@ Result<Model> build_decoder(const DecoderConfig& c) {
   attn.heads = c.heads;
   attn.kv_heads = kv;
   attn.head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
+  attn.window = c.sliding_window;
+  attn.qkv_bias = c.qkv_bias;
+  attn.q_lora_rank = c.q_lora_rank;
+  attn.kv_lora_rank = c.kv_lora_rank;
+  attn.rope_head_dim = c.rope_head_dim;
+  attn.v_head_dim = c.v_head_dim;
   Layer mlp = base;
   mlp.kind = c.experts > 0 ? LayerKind::kMoe : LayerKind::kMlp;
   mlp.ffn = c.ffn > 0 ? c.ffn : 4 * c.hidden;
   mlp.activation = c.activation;
   mlp.experts = c.experts;
   mlp.top_k = c.top_k;
+  mlp.shared_ffn = c.shared_ffn;
+  mlp.shared_gate = c.shared_gate;
+  Layer dense = base;
+  dense.kind = LayerKind::kMlp;
+  dense.ffn = c.dense_ffn > 0 ? c.dense_ffn : mlp.ffn;
+  dense.activation = c.activation;
+  std::vector<bool> is_dense(static_cast<size_t>(c.layers), false);
+  for (int64_t i : c.dense_layers) {
+    if (i < 0 || i >= c.layers) {
+      return invalid_argument(n + ": dense layer " + num(i) + " is not in 0.." + num(c.layers - 1));
+    }
+    is_dense[static_cast<size_t>(i)] = true;
+  }
   for (int64_t i = 0; i < c.layers; ++i) {
-    for (const Layer* l : {&norm, &attn, &norm, &mlp}) {
+    const Layer* ffn = is_dense[static_cast<size_t>(i)] ? &dense : &mlp;
+    std::vector<const Layer*> block = {&norm, &attn, &norm, ffn};
+    if (c.single_norm) block = {&norm, &attn, ffn};
+    for (const Layer* l : block) {
       m.layers.push_back(*l);
       m.block_of.push_back(static_cast<int>(i));
     }
@@ -105,75 +136,6 @@ Result<Model> build_decoder(const DecoderConfig& c) {
   finalize_model(m);
   TSR_RETURN_IF_ERROR(validate_model(m));
   return m;
-}
-
-namespace {
-
-DecoderConfig gpt(std::string name, int64_t h, int64_t l, int64_t a, int64_t vocab) {
-  DecoderConfig c;
-  c.name = std::move(name);
-  c.hidden = h;
-  c.layers = l;
-  c.heads = a;
-  c.vocab = vocab;
-  c.learned_positions = 2048;
-  c.max_seq_len = 2048;
-  return c;
-}
-
-DecoderConfig llama(std::string name, int64_t h, int64_t l, int64_t a, int64_t kv, int64_t ffn,
-                    int64_t vocab, int64_t max_seq) {
-  DecoderConfig c;
-  c.name = std::move(name);
-  c.hidden = h;
-  c.layers = l;
-  c.heads = a;
-  c.kv_heads = kv;
-  c.ffn = ffn;
-  c.vocab = vocab;
-  c.max_seq_len = max_seq;
-  c.activation = MlpActivation::kSwiGlu;
-  c.norm = NormType::kRmsNorm;
-  c.bias = false;
-  c.dropout = false;
-  c.tied = false;
-  return c;
-}
-
-std::vector<DecoderConfig> presets() {
-  DecoderConfig mixtral = llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768);
-  mixtral.experts = 8;
-  mixtral.top_k = 2;
-  return {
-      // GPT-3 (Brown et al. 2020) with the GPT-2 tokenizer's 50257 tokens.
-      gpt("gpt3-175b", 12288, 96, 96, 50257),
-      // Megatron-LM's 1T configuration (Narayanan et al. 2021, table 1): V padded to 51200.
-      gpt("gpt-1t", 25600, 128, 160, 51200),
-      llama("llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096),
-      llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096),
-      llama("llama2-70b", 8192, 80, 64, 8, 28672, 32000, 4096),
-      llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192),
-      llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, 8192),
-      llama("llama3-405b", 16384, 126, 128, 8, 53248, 128256, 8192),
-      mixtral,
-  };
-}
-
-}  // namespace
-
-Result<Model> model_preset(std::string_view name) {
-  for (const DecoderConfig& c : presets()) {
-    if (c.name == name) return build_decoder(c);
-  }
-  std::string known;
-  for (const std::string& p : model_preset_names()) known += (known.empty() ? "" : ", ") + p;
-  return not_found("unknown model preset '" + std::string(name) + "' (known: " + known + ")");
-}
-
-std::vector<std::string> model_preset_names() {
-  std::vector<std::string> names;
-  for (const DecoderConfig& c : presets()) names.push_back(c.name);
-  return names;
 }
 
 }  // namespace tessera::ir

@@ -20,12 +20,15 @@ struct Parser {
 
   // The IR's limit (model.h) for a field of the layer list.
   static int64_t limit_of(std::string_view key) {
-    if (key == "hidden" || key == "head_dim") return kMaxWidth;
-    if (key == "ffn") return kMaxFfn;
+    if (key == "hidden" || key == "head_dim" || key == "q_lora_rank" || key == "kv_lora_rank" ||
+        key == "rope_head_dim" || key == "v_head_dim") {
+      return kMaxWidth;
+    }
+    if (key == "ffn" || key == "shared_ffn") return kMaxFfn;
     if (key == "heads" || key == "kv_heads") return kMaxHeads;
     if (key == "experts" || key == "top_k") return kMaxExperts;
     if (key == "repeat") return kMaxLayers;
-    return kMaxVocab;  // vocab, positions, max_seq_len
+    return kMaxVocab;  // vocab, positions, max_seq_len, window
   }
 
   // Field of `layer` (or the top-level default) as a non-negative integer within its limit;
@@ -90,18 +93,31 @@ struct Parser {
       }
       TSR_ASSIGN_OR_RETURN(l.head_dim,
                            integer(j, where, "head_dim", l.heads > 0 ? l.hidden / l.heads : -1));
+      TSR_ASSIGN_OR_RETURN(l.window, integer(j, where, "window", 0));
+      l.qkv_bias = flag(j, "qkv_bias", false);
+      TSR_ASSIGN_OR_RETURN(l.q_lora_rank, integer(j, where, "q_lora_rank", 0));
+      TSR_ASSIGN_OR_RETURN(l.kv_lora_rank, integer(j, where, "kv_lora_rank", 0));
+      TSR_ASSIGN_OR_RETURN(l.rope_head_dim, integer(j, where, "rope_head_dim", 0));
+      TSR_ASSIGN_OR_RETURN(l.v_head_dim, integer(j, where, "v_head_dim", 0));
     } else if (type == "mlp" || type == "moe") {
       l.kind = type == "mlp" ? LayerKind::kMlp : LayerKind::kMoe;
       TSR_ASSIGN_OR_RETURN(l.ffn, integer(j, where, "ffn", 4 * l.hidden));
       TSR_ASSIGN_OR_RETURN(const std::string act, text(j, where, "activation", "gelu"));
-      if (act != "gelu" && act != "swiglu") {
+      if (act == "gelu") {
+        l.activation = MlpActivation::kGelu;
+      } else if (act == "swiglu") {
+        l.activation = MlpActivation::kSwiGlu;
+      } else if (act == "geglu") {
+        l.activation = MlpActivation::kGeGlu;
+      } else {
         return invalid_argument(source + ": " + where + ": activation '" + act +
-                                "' is not gelu or swiglu");
+                                "' is not gelu, swiglu or geglu");
       }
-      l.activation = act == "swiglu" ? MlpActivation::kSwiGlu : MlpActivation::kGelu;
       if (l.kind == LayerKind::kMoe) {
         TSR_ASSIGN_OR_RETURN(l.experts, integer(j, where, "experts", -1));
         TSR_ASSIGN_OR_RETURN(l.top_k, integer(j, where, "top_k", -1));
+        TSR_ASSIGN_OR_RETURN(l.shared_ffn, integer(j, where, "shared_ffn", 0));
+        l.shared_gate = flag(j, "shared_gate", false);
       }
     } else if (type == "norm") {
       l.kind = LayerKind::kNorm;

@@ -77,9 +77,38 @@ Status check_limits(const std::string& where, const Layer& l) {
   TSR_RETURN_IF_ERROR(within(where, "vocab size", l.vocab, kMaxVocab));
   TSR_RETURN_IF_ERROR(within(where, "positions", l.positions, kMaxVocab));
   TSR_RETURN_IF_ERROR(within(where, "experts", l.experts, kMaxExperts));
+  TSR_RETURN_IF_ERROR(within(where, "window", l.window, kMaxVocab));
+  TSR_RETURN_IF_ERROR(within(where, "q_lora_rank", l.q_lora_rank, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "kv_lora_rank", l.kv_lora_rank, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "rope_head_dim", l.rope_head_dim, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "v_head_dim", l.v_head_dim, kMaxWidth));
+  TSR_RETURN_IF_ERROR(within(where, "shared ffn size", l.shared_ffn, kMaxFfn));
   if (l.head_dim < 0 || l.ffn < 0 || l.heads < 0 || l.kv_heads < 0 || l.vocab < 0 ||
-      l.positions < 0 || l.experts < 0 || l.top_k < 0) {
+      l.positions < 0 || l.experts < 0 || l.top_k < 0 || l.window < 0 || l.q_lora_rank < 0 ||
+      l.kv_lora_rank < 0 || l.rope_head_dim < 0 || l.v_head_dim < 0 || l.shared_ffn < 0) {
     return invalid_argument(where + "sizes must not be negative");
+  }
+  return Status();
+}
+
+// Multi-head latent attention needs its widths; its fields on plain attention would be ignored.
+Status check_mla(const std::string& where, const Layer& l) {
+  if (!is_mla(l)) {
+    if (l.q_lora_rank > 0 || l.rope_head_dim > 0 || l.v_head_dim > 0) {
+      return invalid_argument(where +
+                              "q_lora_rank, rope_head_dim and v_head_dim need kv_lora_rank");
+    }
+    return Status();
+  }
+  if (l.v_head_dim <= 0 || l.rope_head_dim <= 0 || l.rope_head_dim >= l.head_dim) {
+    return invalid_argument(where +
+                            "latent attention needs v_head_dim > 0 and 0 < rope_head_dim < "
+                            "head_dim " +
+                            std::to_string(l.head_dim));
+  }
+  if (l.bias || l.qkv_bias) return invalid_argument(where + "latent attention with biases");
+  if (l.kv_heads != l.heads) {
+    return invalid_argument(where + "latent attention has kv_heads = heads (one K/V per head)");
   }
   return Status();
 }
@@ -130,6 +159,7 @@ Status validate_model(const Model& model) {
                                   " not divisible by num_key_value_heads " +
                                   std::to_string(l.kv_heads));
         }
+        TSR_RETURN_IF_ERROR(check_mla(where, l));
         break;
       case LayerKind::kMlp:
         if (l.ffn <= 0) return invalid_argument(where + "ffn size must be positive");
@@ -137,6 +167,9 @@ Status validate_model(const Model& model) {
       case LayerKind::kMoe:
         if (l.ffn <= 0 || l.experts <= 0 || l.top_k <= 0 || l.top_k > l.experts) {
           return invalid_argument(where + "needs ffn > 0 and 0 < top_k <= experts");
+        }
+        if (l.shared_gate && l.shared_ffn == 0) {
+          return invalid_argument(where + "a shared-expert gate needs a shared ffn size");
         }
         break;
       case LayerKind::kEmbedding:

@@ -16,7 +16,9 @@
 namespace tessera::ir {
 
 enum class LayerKind { kEmbedding, kAttention, kMlp, kMoe, kNorm, kLmHead };
-enum class MlpActivation { kGelu, kSwiGlu };  // GeLU: 2 matrices; SwiGLU: 3 (gate, up, down)
+// GeLU: 2 matrices (up, down); SwiGLU and GeGLU (Gemma's gated GeLU): 3 (gate, up, down). The
+// two gated forms cost the same; the name says which function the checkpoint uses.
+enum class MlpActivation { kGelu, kSwiGlu, kGeGlu };
 enum class NormType { kLayerNorm, kRmsNorm };
 
 std::string_view layer_kind_name(LayerKind kind);  // "embedding", "attention", ...
@@ -38,7 +40,30 @@ struct Layer {
   bool bias = false;     // linear layers carry biases (GPT-2/3) or not (LLaMA)
   bool dropout = false;  // training keeps dropout masks (GPT-3 recipe) or not (LLaMA recipe)
   bool tied = false;     // lm_head: shares the embedding matrix (no parameters of its own)
+
+  // Attention variants; 0/false keeps plain multi-head attention over the whole sequence.
+  int64_t window = 0;     // sliding window (Mistral): keys per query, min(seq, window) priced
+  bool qkv_bias = false;  // biases on Q, K and V only (Qwen2); `bias` puts them on every linear
+  // Multi-head latent attention (DeepSeek-V2/V3), on when kv_lora_rank > 0: queries go through an
+  // optional q_lora_rank latent, keys and values through one kv_lora_rank latent shared by all
+  // heads, plus one rope_head_dim key shared by all heads. head_dim is then the query/key width
+  // per head (no-rope part + rope_head_dim), v_head_dim the value width. The down-projections
+  // and latent norms are replicated on every TP rank (Megatron-LM), the rest split by heads.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  // MoE: always-on shared experts (Qwen2-MoE, DeepSeek), a dense gated MLP of this intermediate
+  // size (all shared experts summed) that every token passes besides its routed experts.
+  int64_t shared_ffn = 0;
+  bool shared_gate = false;  // Qwen2-MoE: a sigmoid gate (h -> 1) scales the shared expert
 };
+
+// True when `layer` is multi-head latent attention (see Layer::kv_lora_rank).
+inline bool is_mla(const Layer& layer) {
+  return layer.kind == LayerKind::kAttention && layer.kv_lora_rank > 0;
+}
 
 // How tensor parallelism (t) and expert parallelism (ep) may split a GEMM.
 enum class GemmSplit {

@@ -29,16 +29,31 @@ struct DecoderConfig {
   MlpActivation activation = MlpActivation::kGelu;
   NormType norm = NormType::kLayerNorm;
   bool bias = true, dropout = true, tied = true;
-  int64_t experts = 0, top_k = 0;  // experts > 0 makes every MLP a MoE
+  int64_t experts = 0, top_k = 0;     // experts > 0 makes every MLP a MoE (ffn: per expert)...
+  std::vector<int64_t> dense_layers;  // ...except these (0-based; DeepSeek's first layers)...
+  int64_t dense_ffn = 0;              // ...whose MLP has this size (0: ffn)
+  int64_t shared_ffn = 0;             // MoE: always-on shared experts' intermediate size, summed
+  bool shared_gate = false;           // MoE: Qwen2-MoE's sigmoid gate on the shared expert
+  int64_t sliding_window = 0;         // attention: keys per query (0: all; Mistral)
+  bool qkv_bias = false;              // attention: biases on Q, K, V only (Qwen2)
+  // Multi-head latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0; head_dim is then the
+  // query/key width per head (qk_nope_head_dim + qk_rope_head_dim). See Layer::kv_lora_rank.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, rope_head_dim = 0, v_head_dim = 0;
+  bool single_norm = false;        // one norm feeds attention and MLP (Falcon-7B's parallel block)
+  std::vector<std::string> notes;  // copied to Model::notes
 };
 
 // Checks the sizes (heads dividing hidden, ...) and builds the layer list.
 Result<Model> build_decoder(const DecoderConfig& config);
 
-// Parses a Hugging Face config.json: GPT-2 keys (n_embd, n_layer, n_head, n_inner, n_positions,
-// vocab_size) or LLaMA/Mistral/Mixtral keys (hidden_size, num_hidden_layers, num_attention_heads,
-// num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings, num_local_experts,
-// num_experts_per_tok, tie_word_embeddings). `source` names the file in errors.
+// Parses a Hugging Face config.json by its model_type: gpt2, llama, mistral, mixtral, qwen2,
+// qwen2_moe, deepseek_v2, deepseek_v3, gemma, falcon (also RefinedWeb, RefinedWebModel); the keys
+// each reads are in runtime/ir/README.md. Refused, naming the type or key: an unknown model_type,
+// and a key that changes cost but that the family does not read (e.g. kv_lora_rank in a llama
+// config) or reads with a value it cannot honour (Qwen2's use_sliding_window). Without model_type
+// the keys must be unambiguous: GPT-2 (n_embd, ...) or LLaMA/Mixtral (hidden_size, ...). Keys
+// left out because they do not change cost (rope_scaling, DeepSeek-V3's multi-token-prediction
+// layers) become Model::notes. `source` names the file in errors.
 Result<Model> model_from_hf_config(std::string_view json_text, std::string_view source);
 
 // Parses a generic layer list (see runtime/ir/README.md):
@@ -47,8 +62,10 @@ Result<Model> model_from_hf_config(std::string_view json_text, std::string_view 
 // final norm/LM head are one block each.
 Result<Model> model_from_layer_list(std::string_view json_text, std::string_view source);
 
-// gpt3-175b, llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b,
-// gpt-1t (Megatron-LM's 1T: h=25600, l=128, a=160, V=51200, s=2048).
+// gpt3-175b, gpt-1t (Megatron-LM's 1T: h=25600, l=128, a=160, V=51200, s=2048), and the public
+// checkpoints of each family: gpt2, llama-7b, llama2-7b/13b/70b, llama3-8b/70b/405b, mistral-7b,
+// mixtral-8x7b, qwen2-7b, qwen2-72b, qwen1.5-moe-a2.7b, qwen2-57b-a14b, deepseek-v2-lite,
+// deepseek-v2, deepseek-v3, gemma-2b, gemma-7b, falcon-7b, falcon-40b (model_preset_names()).
 Result<Model> model_preset(std::string_view name);
 std::vector<std::string> model_preset_names();
 

@@ -39,6 +39,9 @@ struct Model {
   int64_t vocab = 0;
   int64_t experts = 0;  // 0 for dense models
   bool tied_embeddings = false;
+  // What a loader read but left out of the model because it does not change cost (e.g.
+  // "rope_scaling ignored: ..."); for display. Keys that would change cost are refused instead.
+  std::vector<std::string> notes;
 };
 
 // Total parameters (a tied LM head counts once).
