@@ -36,10 +36,17 @@ TEST(PlanCli, JsonCarriesTheContractFields) {
         "breakdown", "memory_breakdown_gib"}) {
     EXPECT_TRUE(j["plans"][0].contains(key)) << key;
   }
+  // Every term of the step, and nothing else: they add up to step_time_s.
+  double sum = 0;
   for (const char* key :
-       {"compute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "optimizer_s"}) {
-    EXPECT_TRUE(j["plans"][0]["breakdown"].contains(key)) << key;
+       {"compute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "cp_comm_s", "ep_comm_s",
+        "optimizer_s", "memory_bound_s", "launch_s", "grad_clip_s", "embedding_sync_s"}) {
+    ASSERT_TRUE(j["plans"][0]["breakdown"].contains(key)) << key;
+    sum += j["plans"][0]["breakdown"][key].get<double>();
   }
+  EXPECT_EQ(j["plans"][0]["breakdown"].size(), 12u);
+  EXPECT_NEAR(sum, j["plans"][0]["step_time_s"].get<double>(),
+              1e-9 * j["plans"][0]["step_time_s"].get<double>());
   EXPECT_LE(j["plans"][0]["step_time_s"].get<double>(), j["plans"][1]["step_time_s"].get<double>());
   const auto& p = j["plans"][0];
   EXPECT_EQ(p["tp"].get<int>() * p["pp"].get<int>() * p["dp"].get<int>() * p["cp"].get<int>(), 8);

@@ -23,14 +23,16 @@ ClusterSpec small_cluster(double memory_gib) {
 
 // A GPT with a large vocabulary, so the first and last stages are heavier and uneven partitions
 // win; `varied` alternates MLP widths so blocks differ (the general DP path).
-ir::Model test_model(bool varied) {
+// `moe`: every MLP is a mixture of 4 experts, top-2 (expert parallelism in play).
+ir::Model test_model(bool varied, bool moe = false) {
   std::string blocks;
   for (int i = 0; i < 8; ++i) {
     const int ffn = varied && i % 2 == 1 ? 4096 : 2048;
+    const std::string mlp =
+        moe ? R"({"type": "moe", "experts": 4, "top_k": 2, "ffn": )" : R"({"type": "mlp", "ffn": )";
     blocks += std::string(i ? "," : "") + R"({"repeat": 1, "layers": [{"type": "norm"},
-        {"type": "attention", "heads": 8, "kv_heads": 4}, {"type": "norm"},
-        {"type": "mlp", "ffn": )" +
-              std::to_string(ffn) + "}]}";
+        {"type": "attention", "heads": 8, "kv_heads": 4}, {"type": "norm"}, )" +
+              mlp + std::to_string(ffn) + "}]}";
   }
   const std::string text = R"({"name": "t", "hidden": 512, "dropout": true, "layers": [
       {"type": "embedding", "vocab": 64000}, )" +
@@ -69,52 +71,56 @@ Brute brute_force(const ir::Model& m, const ClusterSpec& c, const Workload& w,
                   const CostOptions& o) {
   Brute b;
   const int n = static_cast<int>(c.devices());
+  const int max_ep = m.experts > 0 ? n : 1;
   for (int tp = 1; tp <= n; ++tp)
     for (int cp = 1; cp <= 16; ++cp)
       for (int pp = 1; pp <= n; ++pp)
         for (int dp = 1; dp <= n; ++dp)
-          for (int mbs = 1; mbs <= w.global_batch; ++mbs)
-            for (int sp = 0; sp <= 1; ++sp)
-              for (int rc = 0; rc < 3; ++rc)
-                for (int vp = 1; vp <= 16; ++vp)
-                  for (int zero = 0; zero <= 3; ++zero) {
-                    if (tp * cp * pp * dp != n) continue;
-                    if (rc == 1 && o.flash_attention) continue;
-                    Plan p;
-                    p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.mbs = mbs, p.sp = sp == 1;
-                    p.recompute = static_cast<Recompute>(rc), p.vp = vp, p.zero = zero;
-                    if (w.global_batch % (dp * mbs) != 0) continue;
-                    p.num_microbatches = w.global_batch / (dp * mbs);
-                    if (!validate_plan(m, c, w, p, o).ok()) continue;
-                    ++b.candidates;
-                    bool fits = false;
-                    std::vector<int> cur;
-                    auto try_partition = [&](const std::vector<int>& counts) {
-                      Plan q = p;
-                      q.stage_blocks = counts;
-                      auto e = evaluate(m, c, w, q, o);
-                      ASSERT_TRUE(e.ok()) << e.status().to_string();
-                      if (!e->fits) return;
-                      fits = true;
-                      if (e->step_time_s < b.best) {
-                        b.best = e->step_time_s;
-                        b.best_plan = q;
+          for (int ep = 1; ep <= max_ep; ++ep)
+            for (int mbs = 1; mbs <= w.global_batch; ++mbs)
+              for (int sp = 0; sp <= 1; ++sp)
+                for (int rc = 0; rc < 3; ++rc)
+                  for (int vp = 1; vp <= 16; ++vp)
+                    for (int zero = 0; zero <= 3; ++zero) {
+                      if (tp * cp * pp * dp != n) continue;
+                      if (rc == 1 && o.flash_attention) continue;
+                      Plan p;
+                      p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.mbs = mbs, p.sp = sp == 1;
+                      p.ep = ep;
+                      p.recompute = static_cast<Recompute>(rc), p.vp = vp, p.zero = zero;
+                      if (w.global_batch % (dp * mbs) != 0) continue;
+                      p.num_microbatches = w.global_batch / (dp * mbs);
+                      if (!validate_plan(m, c, w, p, o).ok()) continue;
+                      ++b.candidates;
+                      bool fits = false;
+                      std::vector<int> cur;
+                      auto try_partition = [&](const std::vector<int>& counts) {
+                        Plan q = p;
+                        q.stage_blocks = counts;
+                        auto e = evaluate(m, c, w, q, o);
+                        ASSERT_TRUE(e.ok()) << e.status().to_string();
+                        if (!e->fits) return;
+                        fits = true;
+                        if (e->step_time_s < b.best) {
+                          b.best = e->step_time_s;
+                          b.best_plan = q;
+                        }
+                      };
+                      if (vp > 1) {
+                        try_partition(std::vector<int>(static_cast<size_t>(pp), m.num_blocks / pp));
+                      } else {
+                        compositions(m.num_blocks, pp, cur, try_partition);
                       }
-                    };
-                    if (vp > 1) {
-                      try_partition(std::vector<int>(static_cast<size_t>(pp), m.num_blocks / pp));
-                    } else {
-                      compositions(m.num_blocks, pp, cur, try_partition);
+                      if (fits) ++b.feasible;
                     }
-                    if (fits) ++b.feasible;
-                  }
   return b;
 }
 
-void expect_exact(bool varied, double memory_gib, bool flash) {
-  const ir::Model m = test_model(varied);
+void expect_exact(bool varied, double memory_gib, bool flash, bool moe = false,
+                  int64_t batch = 16) {
+  const ir::Model m = test_model(varied, moe);
   const ClusterSpec c = small_cluster(memory_gib);
-  const Workload w{16, 2048, Dtype::kBf16};
+  const Workload w{batch, 2048, Dtype::kBf16};
   CostOptions o;
   o.flash_attention = flash;
   const Brute b = brute_force(m, c, w, o);
@@ -142,6 +148,12 @@ TEST(SearchExactness, TightMemoryMatchesBruteForce) {
 }
 TEST(SearchExactness, FusedAttentionMatchesBruteForce) {
   expect_exact(true, 0.25, true);
+}
+
+// Expert parallelism: ep in {1, 2, 4} inside dp, the all-to-alls and the busiest rank's load
+// priced; varied blocks, a budget some candidates miss (a smaller batch keeps it quick).
+TEST(SearchExactness, ExpertParallelPlansMatchBruteForce) {
+  expect_exact(true, 0.5, true, /*moe=*/true, /*batch=*/4);
 }
 
 TEST(SearchExactness, PruningChangesNothingButTheWork) {

@@ -64,10 +64,11 @@ ClusterSpec dgx(std::string name, DeviceSpec device, LinkSpec intra, LinkSpec in
 
 std::vector<ClusterSpec> presets() {
   return {
-      dgx("dgx-a100-80gb", {"A100-SXM4-80GB", 80, 312, 312, 19.5, 2039, 0.8},
+      // SFU: 16 transcendentals per SM per clock: A100 108 SMs x 1.41 GHz, H100 132 x 1.83.
+      dgx("dgx-a100-80gb", {"A100-SXM4-80GB", 80, 312, 312, 19.5, 2039, 0.8, 3, 2.44},
           {"nvswitch", 300, 230, 3, 0}, {"infiniband", 25, 23.5, 5, 8}),
-      dgx("dgx-h100", {"H100-SXM5-80GB", 80, 989, 989, 67, 3350, 0.8}, {"nvswitch", 450, 370, 3, 0},
-          {"infiniband", 50, 46, 5, 8}),
+      dgx("dgx-h100", {"H100-SXM5-80GB", 80, 989, 989, 67, 3350, 0.8, 3, 3.86},
+          {"nvswitch", 450, 370, 3, 0}, {"infiniband", 50, 46, 5, 8}),
       // Vendor figures, unverified (hardware.md): HCCS 7 links x 56 GB/s, 8 x 200GbE RoCE.
       dgx("ascend-910b-8", {"Ascend-910B", 64, 320, 320, 0, 1600, 0.8}, {"hccs", 392, 0, 5, 0},
           {"roce", 25, 0, 8, 8}),
@@ -89,6 +90,11 @@ std::string_view dtype_name(Dtype dtype) {
 
 double DeviceSpec::peak_flops(Dtype dtype) const {
   return 1e12 * (dtype == Dtype::kBf16 ? peak_tflops_bf16 : peak_tflops_fp16);
+}
+
+double DeviceSpec::sfu_ops() const {
+  if (sfu_tops > 0) return sfu_tops * 1e12;
+  return peak_tflops_fp32 * 1e12 / 8;
 }
 
 double link_busbw_factor(std::string_view link) {
@@ -119,6 +125,9 @@ Result<ClusterSpec> cluster_from_json(std::string_view json_text, std::string_vi
                        r.number(d, "device.", "memory_bandwidth_gbps", 0, true));
   TSR_ASSIGN_OR_RETURN(c.device.gemm_efficiency,
                        r.number(d, "device.", "gemm_efficiency", 0.8, false));
+  TSR_ASSIGN_OR_RETURN(c.device.kernel_launch_us,
+                       r.number(d, "device.", "kernel_launch_us", 3, false));
+  TSR_ASSIGN_OR_RETURN(c.device.sfu_tops, r.number(d, "device.", "sfu_tops", 0, false));
   if (!d.contains("peak_tflops") || !d["peak_tflops"].is_object()) {
     return invalid_argument(source + ": field 'device.peak_tflops' missing");
   }

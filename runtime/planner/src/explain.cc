@@ -22,14 +22,19 @@ std::string gib(double bytes) {
 
 // The largest component of the step; the first one on ties.
 std::pair<const char*, double> largest_part(const TimeBreakdown& t) {
-  const std::pair<const char*, double> parts[] = {{"compute", t.compute_s},
-                                                  {"the pipeline bubble", t.bubble_s},
-                                                  {"TP communication", t.tp_comm_s},
-                                                  {"CP communication", t.cp_comm_s},
-                                                  {"EP all-to-alls", t.ep_comm_s},
-                                                  {"PP transfers", t.pp_comm_s},
-                                                  {"DP gradient reduction", t.dp_comm_s},
-                                                  {"the optimizer", t.optimizer_s}};
+  const std::pair<const char*, double> parts[] = {
+      {"compute", t.compute_s},
+      {"the pipeline bubble", t.bubble_s},
+      {"TP communication", t.tp_comm_s},
+      {"CP communication", t.cp_comm_s},
+      {"EP all-to-alls", t.ep_comm_s},
+      {"PP transfers", t.pp_comm_s},
+      {"DP gradient reduction", t.dp_comm_s},
+      {"the optimizer", t.optimizer_s},
+      {"memory-bound work", t.memory_bound_s},
+      {"kernel launches", t.launch_s},
+      {"gradient clipping", t.grad_clip_s},
+      {"the tied embedding's sync", t.embedding_sync_s}};
   const auto* top = &parts[0];
   for (const auto& part : parts) {
     if (part.second > top->second) top = &part;
@@ -103,10 +108,13 @@ std::string explanation_text(const Explanation& x) {
   std::ostringstream out;
   out << "\nWhy plan 1 (" << plan_summary(best.plan) << "):\n";
   out << "  step " << fixed(best.step_time_s, 3) << " s = compute " << fixed(t.compute_s, 3) << " ("
-      << pct(t.compute_s) << ") + bubble " << fixed(t.bubble_s, 3) << " (" << pct(t.bubble_s)
-      << ") + TP " << fixed(t.tp_comm_s, 3) << " + CP " << fixed(t.cp_comm_s, 3) << " + EP "
-      << fixed(t.ep_comm_s, 3) << " + PP " << fixed(t.pp_comm_s, 3) << " + DP "
-      << fixed(t.dp_comm_s, 3) << " + optimizer " << fixed(t.optimizer_s, 3)
+      << pct(t.compute_s) << ") + memory-bound " << fixed(t.memory_bound_s, 3) << " ("
+      << pct(t.memory_bound_s) << ") + launches " << fixed(t.launch_s, 3) << " + bubble "
+      << fixed(t.bubble_s, 3) << " (" << pct(t.bubble_s) << ") + TP " << fixed(t.tp_comm_s, 3)
+      << " + CP " << fixed(t.cp_comm_s, 3) << " + EP " << fixed(t.ep_comm_s, 3) << " + PP "
+      << fixed(t.pp_comm_s, 3) << " + DP " << fixed(t.dp_comm_s, 3) << " + optimizer "
+      << fixed(t.optimizer_s, 3) << " + gradient clipping " << fixed(t.grad_clip_s, 3)
+      << " + tied embedding sync " << fixed(t.embedding_sync_s, 3)
       << " s (communication figures are the exposed part)\n";
   out << "  bound by " << x.bound_by << " (" << pct(x.bound_seconds)
       << " of the step); memory: stage " << best.binding_stage << " uses " << gib(m.total())

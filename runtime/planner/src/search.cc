@@ -204,6 +204,8 @@ class Searcher {
     }
     if (!report && peak_memory(sm, counts) <= budget) {
       ++result_.feasible;
+      // The pipeline alone already reaches the slowest plan kept: keep() would drop it.
+      if (full() && sm.pipeline_seconds(counts) >= result_.plans.back().step_time_s) return;
       keep(sm.estimate(counts));
       return;
     }
@@ -285,6 +287,8 @@ class Searcher {
     }
     return peak;
   }
+
+  bool full() const { return result_.plans.size() >= static_cast<size_t>(std::max(1, c_.top)); }
 
   void keep(Estimate e) {
     auto& plans = result_.plans;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "data_parallel.h"
+
 namespace tessera::plan {
 namespace {
 
@@ -53,11 +55,18 @@ StageModel::StageModel(const ir::Model& model, const ClusterSpec& cluster, const
   expert_group_ = std::max(1.0, dense_group_ / plan.ep);
   dense_path_ = group_path(cluster, plan.tp, plan.cp * plan.dp);
   expert_path_ = group_path(cluster, tc * plan.ep, std::max(1, plan.dp / plan.ep));
+  grad_bytes_ = grad_reduce_bytes(w.dtype, options);
+  bucket_params_ = std::max(options.dp_bucket_params, 1e6 * plan.dp);
   if (plan.pp > 1 && model.tied_embeddings) {
-    // The last stage keeps its own copy of the tied embedding matrix.
+    // The last stage keeps its own copy of the tied embedding matrix; after the backward the
+    // first and last stage all-reduce its gradient (Megatron-LM), each TP rank its shard.
     post_extra_params_ =
         static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / plan.tp;
+    const LinkPath ends = group_path(cluster, tc * plan.dp * (plan.pp - 1), 2);
+    embedding_sync_s_ = allreduce_time(grad_bytes_ * post_extra_params_, 2, ends);
   }
+  // The gradient norm is summed over every device: one all-reduce of a scalar.
+  norm_sync_s_ = allreduce_latency(devices_, group_path(cluster, 1, devices_));
 }
 
 double StageModel::range(const std::vector<double>& p, int stage, int first, int end) const {
@@ -113,6 +122,19 @@ double StageModel::stage_memory(int stage, int first, int end, MemoryBreakdown* 
   return m.total();
 }
 
+double StageModel::pipeline_seconds(const std::vector<int>& counts) const {
+  double sum = 0, max = 0;
+  int first = 0;
+  for (int i = 0; i < plan_.pp; ++i) {
+    const int end = first + counts[static_cast<size_t>(i)];
+    const double t = stage_time(i, first, end);
+    sum += t;
+    max = std::max(max, t);
+    first = end;
+  }
+  return static_cast<double>(plan_.num_microbatches) * max + (sum - max) / plan_.vp;
+}
+
 Estimate StageModel::estimate(const std::vector<int>& counts) const {
   Estimate e;
   e.plan = plan_;
@@ -129,7 +151,8 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
   auto r = [&](const std::vector<double>& v, int i) { return range(v, i, lo(i), hi(i)); };
 
   int crit = 0;
-  double sum_t = 0, max_t = -1, max_mem = -1, slack = 0, dp_exposed = 0, optimizer = 0;
+  double sum_t = 0, max_t = -1, max_mem = -1, slack = 0, fwd_slack = 0, dp_exposed = 0;
+  double optimizer = 0, clip = 0;
   for (int i = 0; i < p; ++i) {
     const double t = stage_time(i, lo(i), hi(i));
     e.stage_time_s.push_back(t);
@@ -152,7 +175,8 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
       e.binding_stage = i;
     }
     // Gradient reduction of stage i: after its last backward, which ends sum_{j<i} B_j before
-    // stage 0's (the drain), and overlapped with that backward itself.
+    // stage 0's (the drain), and overlapped with that backward itself. The next step's weights
+    // (ZeRO-1/2) arrive during the fill, sum_{j<i} F_j, and the stage's first forward.
     double dense = r(costs_->dense, i), expert = r(costs_->expert, i);
     double bwd = r(costs_->bwd, i), fwd = r(costs_->fwd, i);
     if (i == 0)
@@ -161,25 +185,25 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
       dense += costs_->post.dense_params + post_extra_params_;
       bwd += costs_->post.bwd_s, fwd += costs_->post.fwd_s;
     }
+    const dp::Group dg{dense, static_cast<int64_t>(dense_group_), dense_path_};
+    const dp::Group eg{expert, static_cast<int64_t>(expert_group_), expert_path_};
     double exposed;
     if (plan_.zero >= 3) {
-      // Gather weights for forward and backward and reduce-scatter gradients, every micro-batch.
-      const double per_mb =
-          3 * allgather_time(2 * dense, static_cast<int64_t>(dense_group_), dense_path_) +
-          3 * allgather_time(2 * expert, static_cast<int64_t>(expert_group_), expert_path_);
-      exposed = std::max(0.0, m * per_mb - options_.dp_overlap * m * (fwd + bwd));
+      // DeepSpeed and FSDP reduce-scatter ZeRO-3 gradients in the 16-bit training dtype.
+      exposed = m * dp::zero3_exposed_per_microbatch(*costs_, lo(i), hi(i), i == 0, i == p - 1, dg,
+                                                     eg, 2.0, plan_.recompute == Recompute::kFull);
     } else {
-      // Plain all-reduce, or reduce-scatter + all-gather (ZeRO-1/2): the same volume.
-      const double t_dp =
-          allreduce_time(2 * dense, static_cast<int64_t>(dense_group_), dense_path_) +
-          allreduce_time(2 * expert, static_cast<int64_t>(expert_group_), expert_path_);
-      exposed = std::max(0.0, t_dp - options_.dp_overlap * bwd - slack);
+      exposed = dp::reduction_exposed(dg, eg, plan_.zero, grad_bytes_, bucket_params_,
+                                      options_.dp_overlap * bwd + slack,
+                                      options_.dp_overlap * fwd + fwd_slack);
     }
     slack += bwd;
+    fwd_slack += fwd;
     dp_exposed = std::max(dp_exposed, exposed);
     const double held =
         (plan_.zero >= 1 ? dense / dense_group_ + expert / expert_group_ : dense + expert);
     optimizer = std::max(optimizer, held * options_.optimizer_bytes_per_param / membw_);
+    clip = std::max(clip, held * options_.grad_clip_bytes_per_param / membw_);
   }
 
   const double pipeline = m * max_t + (sum_t - max_t) / plan_.vp;
@@ -187,14 +211,19 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
   double crit_compute = r(costs_->fwd, crit) + r(costs_->bwd, crit);
   double crit_tp = r(costs_->tp, crit), crit_cp = r(costs_->cp, crit),
          crit_ep = r(costs_->ep, crit);
+  double crit_mem = r(costs_->mem, crit), crit_launch = r(costs_->launch, crit);
   for (const auto& [stage, g] : {std::pair{0, &costs_->pre}, std::pair{p - 1, &costs_->post}}) {
     if (stage != crit) continue;
     crit_compute += g->fwd_s + g->bwd_s;
     crit_tp += g->tp_comm_s;
     crit_cp += g->cp_comm_s;
     crit_ep += g->ep_comm_s;
+    crit_mem += g->mem_s;
+    crit_launch += g->launch_s;
   }
-  tb.compute_s = m * crit_compute;
+  tb.compute_s = m * (crit_compute - crit_mem - crit_launch);
+  tb.memory_bound_s = m * crit_mem;
+  tb.launch_s = m * crit_launch;
   tb.tp_comm_s = m * crit_tp;
   tb.cp_comm_s = m * crit_cp;
   tb.ep_comm_s = m * crit_ep;
@@ -202,6 +231,8 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
   tb.bubble_s = pipeline - m * max_t;
   tb.dp_comm_s = dp_exposed;
   tb.optimizer_s = optimizer;
+  tb.grad_clip_s = clip + norm_sync_s_;
+  tb.embedding_sync_s = embedding_sync_s_;
   e.step_time_s = tb.total();
   // Rounding can leave compute + comm a hair off m * max_t; the bubble absorbs it.
   tb.bubble_s = std::max(0.0, tb.bubble_s);

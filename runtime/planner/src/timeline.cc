@@ -101,7 +101,8 @@ Timeline simulate_pipeline(const Estimate& e) {
       }
     }
   }
-  t.step_s = t.pipeline_s + e.time.dp_comm_s + e.time.optimizer_s;
+  t.step_s = t.pipeline_s + e.time.dp_comm_s + e.time.optimizer_s + e.time.grad_clip_s +
+             e.time.embedding_sync_s;
   return t;
 }
 
@@ -131,13 +132,13 @@ std::string timeline_svg(const Estimate& e, const Timeline& t, const std::string
         "<title>idle (bubble)</title></rect>\n",
         kLeft, y, t.pipeline_s * scale, kRow);
     const double tail = t.pipeline_s;
+    const double after_dp = e.time.optimizer_s + e.time.grad_clip_s + e.time.embedding_sync_s;
     add("<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"#b07aa1\">"
         "<title>exposed gradient reduction %.4f s</title></rect>\n",
         kLeft + tail * scale, y, e.time.dp_comm_s * scale, kRow, e.time.dp_comm_s);
     add("<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"#59a14f\">"
-        "<title>optimizer %.4f s</title></rect>\n",
-        kLeft + (tail + e.time.dp_comm_s) * scale, y, e.time.optimizer_s * scale, kRow,
-        e.time.optimizer_s);
+        "<title>optimizer, gradient clipping, tied embedding sync %.4f s</title></rect>\n",
+        kLeft + (tail + e.time.dp_comm_s) * scale, y, after_dp * scale, kRow, after_dp);
   }
   for (const TimelineOp& op : t.ops) {
     const double y = kTop + op.stage * (kRow + kGap);

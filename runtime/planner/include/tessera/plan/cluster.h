@@ -10,7 +10,9 @@
 //                   "latency_us": 5}}
 //
 // Bandwidths are GB/s (1e9 bytes/s) per direction, per device (intra) or per NIC (inter).
-// Optional: device.gemm_efficiency (large-GEMM fraction of peak, default 0.8), *.busbw_gbps (the
+// Optional: device.gemm_efficiency (large-GEMM fraction of peak, default 0.8),
+// device.kernel_launch_us (the device's idle gap per kernel, default 3), device.sfu_tops
+// (transcendentals per second x 1e-12, default fp32 peak / 8), *.busbw_gbps (the
 // nccl-tests bus bandwidth the link achieves; default: line rate x a per-link-class factor),
 // intra_host.latency_us (default 3). Thread-safe (values).
 #pragma once
@@ -33,6 +35,13 @@ struct DeviceSpec {
   double peak_tflops_bf16 = 0, peak_tflops_fp16 = 0, peak_tflops_fp32 = 0;
   double memory_bandwidth_gbps = 0;
   double gemm_efficiency = 0.8;  // achievable fraction of peak for large GEMMs (hardware.md)
+  // Seconds x 1e6 the device idles per kernel: launch latency plus the ramp-up and tail of a
+  // kernel's last wave. Work split into many small kernels pays it per kernel.
+  double kernel_launch_us = 3;
+  // Transcendental operations per second x 1e-12 (the special-function units: 16 per SM per
+  // clock on A100 and H100). 0: the fp32 peak / 8 (the A100's ratio).
+  double sfu_tops = 0;
+  double sfu_ops() const;                // per second
   double peak_flops(Dtype dtype) const;  // FLOP/s
 };
 

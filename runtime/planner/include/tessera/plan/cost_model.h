@@ -21,12 +21,34 @@ namespace tessera::plan {
 struct CostOptions {
   double reserve_fraction = 0.10;  // device memory kept free: fragmentation, workspaces, NCCL
   double gemm_efficiency = 0;      // 0: the device's figure (DeviceSpec::gemm_efficiency)
-  double gemm_knee = 128;          // each GEMM dim x scales efficiency by x / (x + knee)
+  // Each GEMM dim x scales efficiency by x / (x + knee). 0: derived from the device, 128 on an
+  // A100 scaled by the device's FLOP/byte balance (peak / memory bandwidth): a tile's fixed
+  // load/store overhead is bytes, its useful work FLOPs, so a faster math unit needs proportionally
+  // larger GEMMs to hide it (H100: ~247). A calibration sets the measured knee.
+  double gemm_knee = 0;
   double memory_efficiency = 0.8;  // achieved fraction of memory bandwidth in elementwise ops
   double dp_overlap = 1.0;         // share of the last backward the gradient reduction hides under
   double tp_overlap = 0.0;         // share of TP collectives hidden (0: Megatron-LM default)
   double cp_overlap = 1.0;         // ring attention overlaps KV exchange with attention compute
   double optimizer_bytes_per_param = 28;  // Adam traffic: read p,m,v (fp32), g; write p,m,v, p16
+  // Gradient norm (read the fp32 main gradient) and zeroing the gradient buffer (write it).
+  double grad_clip_bytes_per_param = 8;
+  // Bytes per gradient value in the data-parallel reduction. 0: 4 for bf16 (Megatron-LM forces
+  // fp32 gradient accumulation and reduction for bf16 models), 2 for fp16.
+  double grad_reduce_bytes = 0;
+  // Gradients reduce in buckets as the backward produces them (Megatron-LM: max(40M, 1M x dp)
+  // parameters per bucket); the last bucket can only start when the backward ends.
+  double dp_bucket_params = 40e6;
+  // Non-matmul work of fused attention per score element: one exponential on the special-function
+  // units (DeviceSpec::sfu_tops) and this many fp32 operations (scale and running max, sum,
+  // convert) at the fp32 peak; the backward (exponentials recomputed, dS formed) is priced like
+  // the core's GEMMs.
+  double softmax_fp32_ops_per_score = 4;
+  // MoE: capacity factor (> 0: every expert computes factor x the mean tokens, padded, and the
+  // all-to-alls carry as much; 0: dropless, the busiest EP rank's binomial excess over the mean)
+  // and the router's own imbalance (busiest / mean beyond chance; 1: as balanced as chance).
+  double moe_capacity_factor = 0;
+  double moe_imbalance = 1.0;
   // Fused attention (FlashAttention): the s x s scores never reach memory (no score traffic, no
   // stored scores, only fp32 row statistics), and backward recomputes QK^T (2.5 x forward for the
   // attention core instead of 2 x). Off reproduces Megatron-LM 2021 and Korthikanti's formulas.
@@ -35,11 +57,21 @@ struct CostOptions {
   bool allow_tp_across_hosts = false;
 };
 
+// The GEMM knee in effect: options.gemm_knee, else derived from the device (see CostOptions).
+double effective_gemm_knee(const ClusterSpec& cluster, Dtype dtype, const CostOptions& options);
+// Bytes per gradient value in the data-parallel reduction (CostOptions::grad_reduce_bytes).
+double grad_reduce_bytes(Dtype dtype, const CostOptions& options);
+
 // One (stride, size) group of ranks placed on the cluster: its achieved bus bandwidth and
 // per-step latency. TP-innermost layout: stride = product of the inner dimensions.
+// Latency: a ring's chunk crosses n - 1 links, hosts - 1 of them between hosts (latency) and the
+// rest inside hosts (intra_latency); an all-reduce takes the cheaper of the ring and NCCL's tree
+// (2 log2(hosts) network hops plus the chains inside hosts).
 struct LinkPath {
-  double busbw = 0;    // bytes/s per device
-  double latency = 0;  // seconds per algorithm step
+  double busbw = 0;          // bytes/s per device
+  double latency = 0;        // seconds per step between hosts (inside: intra_latency)
+  double intra_latency = 0;  // seconds per step inside a host
+  int64_t per_host = 1;      // group members per host
   bool inter_host = false;
 };
 LinkPath group_path(const ClusterSpec& cluster, int64_t stride, int64_t size);
@@ -48,6 +80,9 @@ double allreduce_time(double bytes, int64_t ranks, const LinkPath& path);
 double allgather_time(double bytes, int64_t ranks, const LinkPath& path);  // bytes: whole array
 double alltoall_time(double bytes, int64_t ranks, const LinkPath& path);   // bytes per rank
 double p2p_time(double bytes, const LinkPath& path);
+// Seconds of latency alone (no bandwidth) of each collective over n ranks.
+double ring_latency(int64_t ranks, const LinkPath& path);
+double allreduce_latency(int64_t ranks, const LinkPath& path);
 // Seconds for a batch of GEMMs at `peak` FLOP/s with the efficiency curve.
 double gemm_time(double m, double n, double k, double batch, double peak, double efficiency,
                  double knee);
@@ -62,8 +97,10 @@ struct ShapeKey {
 
 // Costs of one block (or of the pre/post groups) for one micro-batch on one device.
 struct BlockCost {
-  double fwd_s = 0;            // compute only
+  double fwd_s = 0;            // compute only (GEMMs, memory-bound work, kernel launches)
   double bwd_s = 0;            // compute, recomputation included
+  double mem_s = 0;            // the memory-bound share of fwd_s + bwd_s
+  double launch_s = 0;         // the kernel-launch share of fwd_s + bwd_s
   double tp_comm_s = 0;        // exposed TP collectives, forward + backward (+ recompute)
   double cp_comm_s = 0;        // exposed ring-attention exchange
   double ep_comm_s = 0;        // expert all-to-alls
@@ -82,7 +119,7 @@ struct ShapeCosts {
   double max_transient = 0;
   double max_block_params = 0;  // dense + expert, for ZeRO-3's gathered layer
   // Prefix sums over blocks (size blocks + 1) so any range costs O(1).
-  std::vector<double> time, fwd, bwd, tp, cp, ep, act, dense, expert;
+  std::vector<double> time, fwd, bwd, tp, cp, ep, act, dense, expert, mem, launch;
 };
 
 ShapeCosts compute_shape_costs(const ir::Model& model, const ClusterSpec& cluster,

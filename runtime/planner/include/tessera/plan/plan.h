@@ -43,20 +43,24 @@ struct Plan {
 // "tp=8 pp=64 dp=6 cp=1 ep=1 vp=1 mbs=1 zero=1 recompute=full sp=1"
 std::string plan_summary(const Plan& plan);
 
-// Seconds of one step. step_s = compute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
-// dp_comm + optimizer; communication figures are the exposed (not overlapped) part.
+// Seconds of one step: the sum of every field (total()); communication figures are the exposed
+// (not overlapped) part. The per-micro-batch terms are those of the critical pipeline stage.
 struct TimeBreakdown {
-  double compute_s = 0;  // GEMMs, elementwise and recomputation on the critical stage
+  double compute_s = 0;  // GEMMs and attention (recomputation included) on the critical stage
   double bubble_s = 0;   // pipeline fill and drain
   double tp_comm_s = 0;
   double cp_comm_s = 0;
   double ep_comm_s = 0;
   double pp_comm_s = 0;
-  double dp_comm_s = 0;
-  double optimizer_s = 0;
+  double dp_comm_s = 0;         // gradient reduction, ZeRO parameter gathers: the part not hidden
+  double optimizer_s = 0;       // the Adam step over the parameters the device updates
+  double memory_bound_s = 0;    // norms, softmax, activations, dropout, residuals, loss
+  double launch_s = 0;          // kernel launch gaps
+  double grad_clip_s = 0;       // gradient norm (+ its all-reduce) and zeroing the gradients
+  double embedding_sync_s = 0;  // tied embedding's gradient all-reduce, first and last stage
   double total() const {
     return compute_s + bubble_s + tp_comm_s + cp_comm_s + ep_comm_s + pp_comm_s + dp_comm_s +
-           optimizer_s;
+           optimizer_s + memory_bound_s + launch_s + grad_clip_s + embedding_sync_s;
   }
 };
 

@@ -40,6 +40,9 @@ class StageModel {
   // The full prediction for blocks per stage (size pp, summing to num_blocks). With vp > 1 the
   // counts must be equal and each device holds vp chunks spread over the model.
   Estimate estimate(const std::vector<int>& stage_blocks) const;
+  // The pipeline part of estimate(stage_blocks).step_time_s (fill, steady state and drain), a
+  // lower bound of it: what follows the pipeline (DP, optimizer, ...) only adds. O(pp x vp).
+  double pipeline_seconds(const std::vector<int>& stage_blocks) const;
 
  private:
   double range(const std::vector<double>& prefix, int stage, int first, int end) const;
@@ -51,6 +54,10 @@ class StageModel {
   StepFlops flops_;
   const ShapeCosts* costs_;       // not owned; must outlive this
   double post_extra_params_ = 0;  // the tied embedding's copy on the last stage
+  double embedding_sync_s_ = 0;   // its gradient all-reduce between first and last stage
+  double norm_sync_s_ = 0;        // the gradient norm's all-reduce over every device
+  double grad_bytes_ = 4;         // per gradient value in the DP reduction
+  double bucket_params_ = 40e6;   // DP reduction bucket
   int64_t devices_ = 1;
   double peak_ = 0, membw_ = 0, budget_ = 0, tokens_per_step_ = 0;
   double p2p_s_ = 0;  // exposed pipeline transfers per micro-batch per device
