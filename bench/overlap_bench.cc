@@ -1,8 +1,9 @@
 // overlap_bench: data-parallel "training" of a scaled GPT layer stack on R ranks (forked on this
-// host), where each layer's backward compute is the HAL busy-wait kernel (stream_busy_wait: a
-// sleep of the stream's worker on the host backend, so this models an accelerator; it does not
-// load the CPU) and the gradients are real device buffers reduced through the collectives (on
-// discrete host devices, TESSERA_HOST_DEVICES=N:discrete, they are memory the CPU cannot touch).
+// host, or started by a launcher such as `tessera launch`, on one host or several), where each
+// layer's backward compute is the HAL busy-wait kernel (stream_busy_wait: a sleep of the stream's
+// worker on the host backend, so this models an accelerator; it does not load the CPU) and the
+// gradients are real device buffers reduced through the collectives (on discrete host devices,
+// TESSERA_HOST_DEVICES=N:discrete, they are memory the CPU cannot touch).
 //
 // For each compute/communication ratio it reports the step time of: no overlap (backward, then one
 // allreduce of everything), the overlap engine, and the engine with each codec; the exposed
@@ -11,7 +12,13 @@
 // Times are the best of --steps steps (and of 5 standalone allreduces).
 //
 //   overlap_bench [--ranks 2] [--layers 24] [--hidden 256] [--steps 8] [--ratios 0.8,1.0]
-//                 [--codecs none,bf16,topk,powersgd]    (--help lists them)
+//                 [--codecs none,bf16,topk,powersgd] [--link-gbps 0]   (--help lists them)
+//
+// Under a launcher (TESSERA_LAUNCHER, or torchrun's RANK and WORLD_SIZE, in the environment) the
+// process is one rank and the launcher's layout replaces --ranks, e.g. one launcher per host:
+//   tessera launch --nnodes 2 --node-rank R --rdzv-endpoint HOST:PORT -- overlap_bench ...
+// --link-gbps adds each variant's rate on the wire against that link rate, and every rank-0 row
+// is repeated as one "RESULT key=value ..." line for scripts (bench/overlap_across_hosts.sh).
 //
 // Gradient sizes follow a GPT layer (qkv 3h^2, proj h^2, fc1 4h^2, fc2 4h^2, biases, two layer
 // norms) with h = --hidden (1.3B GPT: h = 2048, 24 layers; the default h = 256 is 1/64 of it).
@@ -21,7 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,7 +51,27 @@ struct Args {
   std::vector<double> ratios = {0.8, 1.0};
   std::vector<CodecKind> codecs = {CodecKind::kNone, CodecKind::kBf16, CodecKind::kTopK,
                                    CodecKind::kPowerSgd};
+  double link_gbps = 0;  // 0: no link-rate columns
 };
+
+// Makes this rank's world communicator on `device` (forked: over the parent's store; launched:
+// from the launcher's environment). Prints why and returns nullptr on failure.
+using CommFactory = std::function<std::shared_ptr<coll::Communicator>(const hal::Device&)>;
+
+std::shared_ptr<coll::Communicator> launched_communicator(const hal::Device& device) {
+  auto bootstrap = coll::Bootstrap::from_environment();
+  if (!bootstrap.ok()) {
+    std::fprintf(stderr, "overlap_bench: bootstrap: %s\n", bootstrap.status().to_string().c_str());
+    return nullptr;
+  }
+  auto comm = coll::Communicator::create(*bootstrap, device);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "overlap_bench: rank %d: communicator: %s\n", (*bootstrap)->info().rank,
+                 comm.status().to_string().c_str());
+    return nullptr;
+  }
+  return *comm;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -77,14 +106,16 @@ struct Result {
   size_t payload = 0, wire = 0;
 };
 
-int rank_main(int rank, int n, const Args& args) {
+int rank_main(const Args& args, const CommFactory& make_comm) {
   auto platform = hal::Platform::create();
   if (!platform.ok()) return 2;
   auto devices = platform.value()->devices("host");
   if (devices.empty()) return 2;
   const hal::Device device = devices[0];
-  auto comm = coll::testing::child_communicator(rank, n, {}, &device);
+  auto comm = make_comm(device);
   if (!comm) return 2;
+  const int rank = comm->rank();
+  const int n = comm->size();
   auto compute_or = device.create_stream();
   if (!compute_or.ok()) return 2;
   hal::Stream compute = std::move(compute_or.value());
@@ -217,23 +248,47 @@ int rank_main(int rank, int n, const Args& args) {
     }
     if (rank == 0) {
       const double compute_ms = double(layer_us) * args.layers * 1e-3;
+      // What a ring allreduce puts on each rank's link: 2(n-1)/n of the bytes handed to it.
+      const double link_share = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+      const double link_bps = args.link_gbps * 1e9;
       std::printf(
-          "\n## %d ranks, %d layers, h=%zu: %.1f MB of f32 gradients; standalone "
+          "\n## %d ranks on %d host(s), %d layers, h=%zu: %.1f MB of f32 gradients; standalone "
           "allreduce %.1f ms; compute %.1f ms (comm/compute = %.2f); the busy-waits alone "
-          "measured %.1f ms\n\n",
-          n, args.layers, args.hidden, double(total) * 4 / 1e6, t_comm * 1e3, compute_ms, ratio,
-          measured_compute * 1e3);
+          "measured %.1f ms\n",
+          n, comm->num_hosts(), args.layers, args.hidden, double(total) * 4 / 1e6, t_comm * 1e3,
+          compute_ms, ratio, measured_compute * 1e3);
+      if (link_bps > 0) {
+        std::printf(
+            "# standalone allreduce: %.3f Gbit/s per rank on the wire, %.0f%% of %.3g Gbit/s\n",
+            double(total) * 4 * link_share * 8 / t_comm / 1e9,
+            100 * double(total) * 4 * link_share * 8 / t_comm / link_bps, args.link_gbps);
+      }
       std::printf(
-          "| variant | step (ms) | exposed comm (ms) | exposed / standalone comm | "
+          "\n| variant | step (ms) | exposed comm (ms) | exposed / standalone comm | "
           "step - measured compute, / standalone comm | speed-up vs no overlap | "
-          "wire bytes / payload |\n|---|---|---|---|---|---|---|\n");
+          "wire bytes / payload | wire MB per step |%s\n|---|---|---|---|---|---|---|---|%s\n",
+          link_bps > 0 ? " wire rate / link |" : "", link_bps > 0 ? "---|" : "");
       for (const auto& r : results) {
         const double vs_measured = std::max(0.0, r.step_s - measured_compute);
-        std::printf("| %s | %.1f | %.1f | %.0f%% | %.1f ms, %.0f%% | %.2fx | 1/%.1f |\n",
+        const double wire_bits = double(r.wire) * link_share * 8;
+        std::printf("| %s | %.1f | %.1f | %.0f%% | %.1f ms, %.0f%% | %.2fx | 1/%.1f | %.2f |",
                     r.name.c_str(), r.step_s * 1e3, std::max(0.0, r.exposed_s) * 1e3,
                     100 * std::max(0.0, r.exposed_s) / t_comm, vs_measured * 1e3,
                     100 * vs_measured / t_comm, results[0].step_s / r.step_s,
-                    double(r.payload) / double(std::max<size_t>(r.wire, 1)));
+                    double(r.payload) / double(std::max<size_t>(r.wire, 1)),
+                    double(r.wire) * link_share / 1e6);
+        if (link_bps > 0) std::printf(" %.0f%% |", 100 * wire_bits / r.step_s / link_bps);
+        std::printf("\n");
+      }
+      for (const auto& r : results) {
+        std::string key = r.name == "no overlap" ? "no-overlap" : r.name;
+        if (key.rfind("engine + ", 0) == 0) key = key.substr(9);
+        if (key == "engine") key = "none";
+        std::printf(
+            "RESULT ratio=%.2f variant=%s step_ms=%.3f comm_ms=%.3f compute_ms=%.3f "
+            "wire_bytes=%.0f hosts=%d ranks=%d\n",
+            ratio, key.c_str(), r.step_s * 1e3, t_comm * 1e3, compute_ms,
+            double(r.wire) * link_share, comm->num_hosts(), n);
       }
       std::fflush(stdout);
     }
@@ -249,13 +304,14 @@ int main(int argc, char** argv) {
   using tessera::overlap::CodecKind;
   tessera::overlap::Args args;
   CLI::App app{
-      "overlap_bench: data-parallel training of a scaled GPT layer stack on forked ranks; each "
+      "overlap_bench: data-parallel training of a scaled GPT layer stack on forked ranks (or, "
+      "under a launcher such as tessera launch, as one rank of its layout); each "
       "layer's backward is the HAL busy-wait kernel (a model of accelerator compute), the "
       "gradients are real buffers reduced through the collectives. For each communication/compute "
       "ratio: step time without overlap, with the overlap engine, and with each codec (best of "
       "--steps steps).",
       "overlap_bench"};
-  app.add_option("--ranks", args.ranks, "ranks (processes)")
+  app.add_option("--ranks", args.ranks, "ranks (forked processes; a launcher's layout replaces it)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--layers", args.layers, "GPT layers")
@@ -283,6 +339,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember(codec_names))
       ->default_str("none,bf16,topk,powersgd");
+  app.add_option("--link-gbps", args.link_gbps,
+                 "link rate in Gbit/s: adds each variant's wire rate against it (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   args.codecs.clear();
   for (const auto& name : chosen) args.codecs.push_back(codecs.at(name));
@@ -292,10 +352,20 @@ int main(int argc, char** argv) {
       "# overlap_bench: compute is stream_busy_wait (a model of accelerator compute), "
       "communication is real\n");
   std::fflush(stdout);
+  // Started by a launcher: this process is one rank of its layout.
+  if (std::getenv("TESSERA_LAUNCHER") != nullptr ||
+      (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr)) {
+    return tessera::overlap::rank_main(args, tessera::overlap::launched_communicator);
+  }
   tessera::coll::testing::MultiprocessOptions options;
   options.deadline = std::chrono::minutes(10);
   const auto results = tessera::coll::testing::run_ranks(
-      args.ranks, [&](int rank, int n) { return tessera::overlap::rank_main(rank, n, args); },
+      args.ranks,
+      [&](int rank, int n) {
+        return tessera::overlap::rank_main(args, [&](const tessera::hal::Device& device) {
+          return tessera::coll::testing::child_communicator(rank, n, {}, &device);
+        });
+      },
       options);
   int status = results.empty() ? 1 : 0;
   for (const auto& r : results) {

@@ -1,4 +1,5 @@
-# overlap_bench: the overlap engine on forked ranks with busy-wait compute (runtime/overlap).
+# overlap_bench: the overlap engine on forked ranks (or ranks of a launcher, across hosts) with
+# busy-wait compute (runtime/overlap).
 # Plain main (ranks are processes, which Google Benchmark does not model); builds only when the
 # engine and CLI11 (its command line) are there.
 if(TARGET tessera_overlap AND TARGET CLI11::CLI11)
