@@ -15,6 +15,9 @@
 #      reduction, 2 and 3 ranks: TESSERA_TEST_BACKEND=cuda) on the staged route, and on the native
 #      route (NCCL) when there is one GPU per rank (NCCL refuses two ranks on one GPU); prints the
 #      route the communicator took (TESSERA_LOG=info).
+#   4b. the GPT trainer's kernels (examples/trainer/gpt) from their CUDA image (fatbin SASS for
+#      this GPU, else PTX) against the same double-precision references and finite differences
+#      as on the host backend (tessera_gpt_kernels_test, TESSERA_TEST_BACKEND=cuda);
 #   5. when the tools are built (CLI11 and nlohmann-json found, as on a Debian machine after
 #      scripts/setup.sh): `tessera bench coll` allreduce 64 MiB, 2 ranks, device memory, staged and
 #      (one GPU per rank) native, next to host memory.
@@ -69,11 +72,12 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON \
   -DTESSERA_BACKEND_CUDA=ON -DTESSERA_BACKEND_HIP=OFF -DTESSERA_BACKEND_LEVEL_ZERO=OFF \
   -DTESSERA_CUDA_ARCHITECTURES="$CUDA_ARCH" -DTESSERA_CTS_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+  -DTESSERA_GPT_CUDA_ARCHITECTURES="$CUDA_ARCH" \
   >"$RESULTS/build.log" 2>&1 ||
   { tail -30 "$RESULTS/build.log"; exit 1; }
 # The tools need CLI11 and nlohmann-json (absent on a bare GPU machine): build them when configured.
 targets=(tessera-cts tessera-backend-cuda tessera-cuda-bench coll_correctness_test
-         coll_correctness_rank tessera_cts_kernels_cuda)
+         coll_correctness_rank tessera_cts_kernels_cuda tessera_gpt_kernels_test)
 HAVE_TOOLS=0
 if ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tessera: '; then
   HAVE_TOOLS=1
@@ -146,6 +150,17 @@ if [[ $GPUS -ge 2 ]]; then
   coll_suite native 'Collectives.*AcrossTwoRanks'
 else
   say "native route (NCCL) not run: $GPUS GPU, and NCCL refuses two ranks on one GPU"
+fi
+
+# ---- 4b. the GPT trainer's kernels on the GPU -----------------------------------------------------
+say "GPT kernels on cuda (tessera_gpt_kernels_test)"
+if TESSERA_TEST_BACKEND=cuda timeout 300 "$BUILD_DIR/bin/tessera_gpt_kernels_test" \
+   >"$RESULTS/gpt_kernels.log" 2>&1; then
+  say "  passed: $(grep -E '^\[  PASSED  \]' "$RESULTS/gpt_kernels.log" | head -1)"
+else
+  status=1
+  say "  FAILED; the first failures:"
+  grep -E '^\[  FAILED  \]|Failure|error' "$RESULTS/gpt_kernels.log" | head -20 || true
 fi
 
 # ---- 5. tessera bench coll ------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+#include "linear.h"
+
+namespace tessera::gpt {
+namespace {
+
+tsr_gemm_desc desc(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                   const void* b, int64_t ldb, void* c, int64_t ldc, double beta, DType ab,
+                   DType cd) {
+  tsr_gemm_desc d{};
+  d.struct_size = sizeof d;
+  d.trans_a = ta ? 1 : 0;
+  d.trans_b = tb ? 1 : 0;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.alpha = 1.0;
+  d.beta = beta;
+  d.a = a;
+  d.lda = lda;
+  d.b = b;
+  d.ldb = ldb;
+  d.c = c;
+  d.ldc = ldc;
+  d.dtype_ab = hal::to_abi(ab);
+  d.dtype_c = hal::to_abi(cd);
+  return d;
+}
+
+}  // namespace
+
+Status linear_forward(const hal::Stream& s, LinearShape sh, const void* x, const void* w, void* y,
+                      DType act, DType y_dtype, bool accumulate) {
+  if (sh.tokens == 0 || sh.out == 0) return Status();
+  // Column-major: Y^T[out, T] = W^T... W row-major [out, in] is column-major [in, out]: op = T.
+  return s.gemm(desc(true, false, sh.out, sh.tokens, sh.in, w, sh.in, x, sh.in, y, sh.out,
+                     accumulate ? 1.0 : 0.0, act, y_dtype));
+}
+
+Status linear_backward_input(const hal::Stream& s, LinearShape sh, const void* dy, const void* w,
+                             void* dx, DType act, bool accumulate) {
+  if (sh.tokens == 0 || sh.in == 0) return Status();
+  // dX^T[in, T] = W^T[in, out] (column-major [in, out] as stored) * dY^T[out, T].
+  return s.gemm(desc(false, false, sh.in, sh.tokens, sh.out, w, sh.in, dy, sh.out, dx, sh.in,
+                     accumulate ? 1.0 : 0.0, act, act));
+}
+
+Status linear_backward_weight(const hal::Stream& s, LinearShape sh, const void* dy, const void* x,
+                              float* dw, DType act) {
+  if (sh.tokens == 0) return Status();
+  // dW^T[in, out] += X^T[in, T] * dY[T, out] (dY^T is column-major [out, T]: op = T).
+  return s.gemm(desc(false, true, sh.in, sh.out, sh.tokens, x, sh.in, dy, sh.out, dw, sh.in, 1.0,
+                     act, DType::kF32));
+}
+
+}  // namespace tessera::gpt

@@ -1,0 +1,414 @@
+// GptModel: allocation, the forward and backward drivers, and the dense layers (embedding,
+// attention, MLP, head and loss). MoE layers are in moe.cc.
+#include "model.h"
+
+#include <cmath>
+
+#include "linear.h"
+
+namespace tessera::gpt {
+
+Result<void*> Arena::alloc(uint64_t count, DType dtype) {
+  const size_t bytes = std::max<size_t>(count * hal::dtype_size(dtype), 1);
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer buffer, device_->allocate(bytes));
+  void* p = buffer.data();
+  buffers_.push_back(std::move(buffer));
+  bytes_ += bytes;
+  return p;
+}
+
+GptModel::GptModel(const hal::Device& device, GptConfig config, GptKernels kernels,
+                   ParallelGroups groups, Params params, int64_t batch, int64_t seq, bool recompute)
+    : device_(&device),
+      config_(std::move(config)),
+      kernels_(std::move(kernels)),
+      groups_(std::move(groups)),
+      params_(std::move(params)),
+      batch_(batch),
+      seq_(seq),
+      recompute_(recompute),
+      arena_(device) {
+  const int64_t tp = groups_.tp_size();
+  heads_l_ = config_.heads / tp;
+  kv_heads_l_ = config_.kv_heads / tp;
+  q_l_ = heads_l_ * config_.head_dim;
+  kv_l_ = kv_heads_l_ * config_.head_dim;
+  ffn_l_ = config_.ffn / tp;
+  vocab_l_ = config_.vocab / tp;
+  vocab_begin_ = vocab_l_ * groups_.tp_rank();
+}
+
+Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
+                                                   const GptConfig& config, GptKernels kernels,
+                                                   ParallelGroups groups, DType act, int64_t batch,
+                                                   int64_t seq, bool recompute) {
+  if (batch <= 0 || seq <= 0) {
+    return invalid_argument(config.name + ": micro-batch " + std::to_string(batch) + " x seq " +
+                            std::to_string(seq) + " must be positive");
+  }
+  if (!config.rope() && seq > config.positions) {
+    return invalid_argument(config.name + ": seq " + std::to_string(seq) +
+                            " exceeds the learned positions " + std::to_string(config.positions));
+  }
+  TSR_ASSIGN_OR_RETURN(ParamLayout layout, make_layout(config, groups.tp_rank(), groups.tp_size()));
+  TSR_ASSIGN_OR_RETURN(Params params, Params::create(device, std::move(layout), act));
+  std::unique_ptr<GptModel> model(new GptModel(device, config, std::move(kernels),
+                                               std::move(groups), std::move(params), batch, seq,
+                                               recompute));
+  TSR_RETURN_IF_ERROR(model->allocate());
+  return model;
+}
+
+Status GptModel::allocate() {
+  const DType A = act(), F = DType::kF32, I = DType::kI32;
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  const uint64_t k = uint64_t(std::max<int64_t>(config_.top_k, 1)), E = uint64_t(config_.experts);
+  const uint64_t rows_att = uint64_t(batch_ * heads_l_ * seq_);
+  const uint64_t ffn_rows = config_.moe() ? T * k : T;
+  auto alloc = [&](uint64_t n, DType d) { return arena_.alloc(n, d); };
+#define TSR_GPT_ALLOC(lhs, n, d, type)               \
+  do {                                               \
+    TSR_ASSIGN_OR_RETURN(void* p_, alloc((n), (d))); \
+    lhs = static_cast<type>(p_);                     \
+  } while (0)
+  TSR_GPT_ALLOC(a_.tokens, T, I, int32_t*);
+  TSR_GPT_ALLOC(a_.targets, T, I, int32_t*);
+  a_.resid.resize(size_t(config_.layers + 1));
+  for (void*& r : a_.resid) TSR_GPT_ALLOC(r, T * h, A, void*);
+  a_.blocks.resize(recompute_ ? 1 : size_t(config_.layers));
+  for (BlockActivations& b : a_.blocks) {
+    TSR_GPT_ALLOC(b.y1, T * h, A, void*);
+    TSR_GPT_ALLOC(b.mean1, T, F, float*);
+    TSR_GPT_ALLOC(b.rstd1, T, F, float*);
+    TSR_GPT_ALLOC(b.q, T * q_l_, A, void*);
+    TSR_GPT_ALLOC(b.k, T * kv_l_, A, void*);
+    TSR_GPT_ALLOC(b.v, T * kv_l_, A, void*);
+    TSR_GPT_ALLOC(b.att, T * q_l_, A, void*);
+    TSR_GPT_ALLOC(b.lse, rows_att, F, float*);
+    TSR_GPT_ALLOC(b.mid, T * h, A, void*);
+    TSR_GPT_ALLOC(b.y2, T * h, A, void*);
+    TSR_GPT_ALLOC(b.mean2, T, F, float*);
+    TSR_GPT_ALLOC(b.rstd2, T, F, float*);
+    if (config_.moe()) {
+      MoeActivations& m = b.moe;
+      TSR_GPT_ALLOC(m.logits, T * E, F, float*);
+      TSR_GPT_ALLOC(m.probs, T * E, F, float*);
+      TSR_GPT_ALLOC(m.top_index, T * k, I, int32_t*);
+      TSR_GPT_ALLOC(m.top_weight, T * k, F, float*);
+      TSR_GPT_ALLOC(m.slot, T * k, I, int32_t*);
+      TSR_GPT_ALLOC(m.gather, T * k, I, int32_t*);
+      TSR_GPT_ALLOC(m.fraction, E, F, float*);
+      TSR_GPT_ALLOC(m.xe, T * k * h, A, void*);
+      if (config_.swiglu) TSR_GPT_ALLOC(m.gate, T * k * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.up, T * k * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.act, T * k * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.out, T * k * h, A, void*);
+    } else {
+      if (config_.swiglu) TSR_GPT_ALLOC(b.gate, T * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(b.up, T * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(b.act, T * ffn_l_, A, void*);
+    }
+  }
+  TSR_GPT_ALLOC(a_.yf, T * h, A, void*);
+  TSR_GPT_ALLOC(a_.meanf, T, F, float*);
+  TSR_GPT_ALLOC(a_.rstdf, T, F, float*);
+  TSR_GPT_ALLOC(a_.logits, T * vocab_l_, F, float*);
+  TSR_GPT_ALLOC(a_.row_max, T, F, float*);
+  TSR_GPT_ALLOC(a_.sum_exp, T, F, float*);
+  TSR_GPT_ALLOC(a_.target_logit, T, F, float*);
+  TSR_GPT_ALLOC(a_.loss, T, F, float*);
+
+  TSR_GPT_ALLOC(g_.dx, T * h, A, void*);
+  TSR_GPT_ALLOC(g_.dy, T * h, A, void*);
+  TSR_GPT_ALLOC(g_.d_att, T * q_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dq, T * q_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dk, T * kv_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dv, T * kv_l_, A, void*);
+  TSR_GPT_ALLOC(g_.delta, rows_att, F, float*);
+  TSR_GPT_ALLOC(g_.dh, ffn_rows * ffn_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dgate, ffn_rows * ffn_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dup, ffn_rows * ffn_l_, A, void*);
+  TSR_GPT_ALLOC(g_.dlogits, T * vocab_l_, A, void*);
+  if (config_.moe()) {
+    TSR_GPT_ALLOC(g_.de_out, T * k * h, A, void*);
+    TSR_GPT_ALLOC(g_.dxe, T * k * h, A, void*);
+    TSR_GPT_ALLOC(g_.dweight, T * k, F, float*);
+    TSR_GPT_ALLOC(g_.drouter, T * E, F, float*);
+    TSR_GPT_ALLOC(g_.drouter_act, T * E, A, void*);
+  }
+#undef TSR_GPT_ALLOC
+  return Status();
+}
+
+Status GptModel::tp_sum(const hal::Stream& s, void* data, uint64_t count, DType dtype,
+                        const char* what) {
+  return allreduce_on(groups_.tp, s, data, count, dtype, ReduceOp::kSum, what);
+}
+
+Status GptModel::norm_forward(const hal::Stream& s, const void* x, int w, int b, void* y,
+                              float* mean, float* rstd) {
+  return kernels_.norm_forward(s, x, params_.work(w), params_.work(b), y, mean, rstd,
+                               uint64_t(tokens()), uint64_t(config_.hidden), config_.norm_eps,
+                               uint32_t(config_.norm), act_abi());
+}
+
+Status GptModel::norm_backward(const hal::Stream& s, const void* dy, const void* x, int w, int b,
+                               const float* mean, const float* rstd, void* dx) {
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  TSR_RETURN_IF_ERROR(kernels_.norm_backward_params(s, dy, x, mean, rstd, params_.grad(w),
+                                                    params_.grad(b), T, h, uint32_t(config_.norm),
+                                                    act_abi()));
+  return kernels_.norm_backward_input(s, dy, x, params_.work(w), mean, rstd, dx, T, h,
+                                      uint32_t(config_.norm), /*accumulate=*/1, act_abi());
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+Result<StepLoss> GptModel::forward(const hal::Stream& s, const Batch& batch) {
+  if (int64_t(batch.tokens.size()) != tokens() || batch.targets.size() != batch.tokens.size()) {
+    return invalid_argument("GptModel::forward: batch of " + std::to_string(batch.tokens.size()) +
+                            " tokens, the model was built for " + std::to_string(tokens()));
+  }
+  TSR_RETURN_IF_ERROR(s.copy(a_.tokens, batch.tokens.data(), batch.tokens.size() * 4));
+  TSR_RETURN_IF_ERROR(s.copy(a_.targets, batch.targets.data(), batch.targets.size() * 4));
+  TSR_RETURN_IF_ERROR(embed_forward(s));
+  StepLoss loss;
+  for (int l = 0; l < int(config_.layers); ++l) {
+    TSR_RETURN_IF_ERROR(attention_forward(s, l));
+    if (config_.moe()) {
+      TSR_RETURN_IF_ERROR(moe_forward(s, l));
+      loss.aux += config_.router_aux_coef * block(l).moe.aux;
+    } else {
+      TSR_RETURN_IF_ERROR(mlp_forward(s, l));
+    }
+  }
+  TSR_RETURN_IF_ERROR(head_forward(s));
+  TSR_ASSIGN_OR_RETURN(std::vector<float> rows, download<float>(s, a_.loss, size_t(tokens())));
+  double sum = 0;
+  for (float r : rows) sum += r;
+  loss.xent = sum / double(rows.size());
+  return loss;
+}
+
+Status GptModel::embed_forward(const hal::Stream& s) {
+  const ParamLayout& L = params_.layout();
+  // Learned positions are replicated: only tp rank 0 adds them, since the partial embeddings
+  // are summed over the group.
+  const void* wpe = groups_.tp_rank() == 0 ? params_.work(L.wpe) : nullptr;
+  TSR_RETURN_IF_ERROR(kernels_.embed_forward(s, a_.tokens, params_.work(L.wte), wpe, a_.resid[0],
+                                             uint64_t(tokens()), uint64_t(config_.hidden),
+                                             uint64_t(seq_), vocab_begin_, vocab_l_, act_abi()));
+  return tp_sum(s, a_.resid[0], uint64_t(tokens() * config_.hidden), act(), "embedding");
+}
+
+Status GptModel::attention_forward(const hal::Stream& s, int layer) {
+  const BlockParams& p = params_.layout().blocks[size_t(layer)];
+  BlockActivations& b = block(layer);
+  const void* x = a_.resid[size_t(layer)];
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  TSR_RETURN_IF_ERROR(norm_forward(s, x, p.norm1_w, p.norm1_b, b.y1, b.mean1, b.rstd1));
+  const struct {
+    int w, bias;
+    void* out;
+    int64_t width;
+    int64_t heads;
+  } proj[] = {{p.wq, p.bq, b.q, q_l_, heads_l_},
+              {p.wk, p.bk, b.k, kv_l_, kv_heads_l_},
+              {p.wv, p.bv, b.v, kv_l_, -1}};
+  for (const auto& pr : proj) {
+    TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), config_.hidden, pr.width}, b.y1,
+                                       params_.work(pr.w), pr.out, act(), act()));
+    if (pr.bias >= 0) {
+      TSR_RETURN_IF_ERROR(
+          kernels_.bias_add(s, pr.out, params_.work(pr.bias), T, uint64_t(pr.width), act_abi()));
+    }
+    if (config_.rope() && pr.heads > 0) {
+      TSR_RETURN_IF_ERROR(kernels_.rope(s, pr.out, T, uint64_t(pr.heads),
+                                        uint64_t(config_.head_dim), uint64_t(seq_),
+                                        config_.rope_theta, 1, act_abi()));
+    }
+  }
+  const float scale = 1.0f / std::sqrt(float(config_.head_dim));
+  TSR_RETURN_IF_ERROR(kernels_.attention_forward(
+      s, b.q, b.k, b.v, b.att, b.lse, uint64_t(batch_), uint64_t(seq_), uint64_t(heads_l_),
+      uint64_t(kv_heads_l_), uint64_t(config_.head_dim), scale, act_abi()));
+  // Row-parallel output projection: partial sums, allreduced, then bias and residual once.
+  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), q_l_, config_.hidden}, b.att, params_.work(p.wo),
+                                     b.mid, act(), act()));
+  TSR_RETURN_IF_ERROR(tp_sum(s, b.mid, T * h, act(), "attention output"));
+  if (p.bo >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_add(s, b.mid, params_.work(p.bo), T, h, act_abi()));
+  return kernels_.add(s, b.mid, x, b.mid, T * h, act_abi());
+}
+
+Status GptModel::mlp_forward(const hal::Stream& s, int layer) {
+  const BlockParams& p = params_.layout().blocks[size_t(layer)];
+  BlockActivations& b = block(layer);
+  void* out = a_.resid[size_t(layer) + 1];
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden), f = uint64_t(ffn_l_);
+  TSR_RETURN_IF_ERROR(norm_forward(s, b.mid, p.norm2_w, p.norm2_b, b.y2, b.mean2, b.rstd2));
+  const LinearShape in_shape{tokens(), config_.hidden, ffn_l_};
+  TSR_RETURN_IF_ERROR(linear_forward(s, in_shape, b.y2, params_.work(p.up), b.up, act(), act()));
+  if (p.b_up >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_add(s, b.up, params_.work(p.b_up), T, f, act_abi()));
+  if (config_.swiglu) {
+    TSR_RETURN_IF_ERROR(
+        linear_forward(s, in_shape, b.y2, params_.work(p.gate), b.gate, act(), act()));
+    TSR_RETURN_IF_ERROR(kernels_.swiglu_forward(s, b.gate, b.up, b.act, T * f, act_abi()));
+  } else {
+    TSR_RETURN_IF_ERROR(kernels_.gelu_forward(s, b.up, b.act, T * f, act_abi()));
+  }
+  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), ffn_l_, config_.hidden}, b.act,
+                                     params_.work(p.down), out, act(), act()));
+  TSR_RETURN_IF_ERROR(tp_sum(s, out, T * h, act(), "MLP output"));
+  if (p.b_down >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_add(s, out, params_.work(p.b_down), T, h, act_abi()));
+  return kernels_.add(s, out, b.mid, out, T * h, act_abi());
+}
+
+Status GptModel::head_forward(const hal::Stream& s) {
+  const ParamLayout& L = params_.layout();
+  const uint64_t T = uint64_t(tokens()), V = uint64_t(vocab_l_);
+  TSR_RETURN_IF_ERROR(
+      norm_forward(s, a_.resid.back(), L.final_w, L.final_b, a_.yf, a_.meanf, a_.rstdf));
+  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), config_.hidden, vocab_l_}, a_.yf,
+                                     params_.work(L.head), a_.logits, act(), DType::kF32));
+  // Vocabulary-parallel cross-entropy: each rank's statistics over its columns, combined.
+  TSR_RETURN_IF_ERROR(kernels_.xent_max(s, a_.logits, a_.row_max, T, V));
+  TSR_RETURN_IF_ERROR(
+      allreduce_on(groups_.tp, s, a_.row_max, T, DType::kF32, ReduceOp::kMax, "xent row max"));
+  TSR_RETURN_IF_ERROR(kernels_.xent_sum_exp(s, a_.logits, a_.row_max, a_.sum_exp, T, V));
+  TSR_RETURN_IF_ERROR(tp_sum(s, a_.sum_exp, T, DType::kF32, "xent sum exp"));
+  TSR_RETURN_IF_ERROR(
+      kernels_.xent_target(s, a_.logits, a_.targets, a_.target_logit, T, vocab_begin_, V));
+  TSR_RETURN_IF_ERROR(tp_sum(s, a_.target_logit, T, DType::kF32, "xent target logit"));
+  return kernels_.xent_loss(s, a_.row_max, a_.sum_exp, a_.target_logit, a_.loss, T);
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+Status GptModel::backward(const hal::Stream& s, float weight) {
+  TSR_RETURN_IF_ERROR(head_backward(s, weight));
+  for (int l = int(config_.layers) - 1; l >= 0; --l) {
+    if (recompute_) {
+      // The block's forward again from its kept input (resid[l]), into the shared activations;
+      // it rewrites resid[l + 1] with the same values. The loss was taken in the forward.
+      TSR_RETURN_IF_ERROR(attention_forward(s, l));
+      TSR_RETURN_IF_ERROR(config_.moe() ? moe_forward(s, l) : mlp_forward(s, l));
+    }
+    if (config_.moe()) {
+      TSR_RETURN_IF_ERROR(moe_backward(s, l, weight));
+    } else {
+      TSR_RETURN_IF_ERROR(mlp_backward(s, l));
+    }
+    TSR_RETURN_IF_ERROR(attention_backward(s, l));
+  }
+  return embed_backward(s);
+}
+
+Status GptModel::head_backward(const hal::Stream& s, float weight) {
+  const ParamLayout& L = params_.layout();
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  const LinearShape shape{tokens(), config_.hidden, vocab_l_};
+  TSR_RETURN_IF_ERROR(kernels_.xent_backward(s, a_.logits, a_.targets, a_.row_max, a_.sum_exp,
+                                             g_.dlogits, T, vocab_begin_, uint64_t(vocab_l_),
+                                             weight / float(tokens()), act_abi()));
+  TSR_RETURN_IF_ERROR(
+      linear_backward_input(s, shape, g_.dlogits, params_.work(L.head), g_.dy, act(), false));
+  TSR_RETURN_IF_ERROR(
+      linear_backward_weight(s, shape, g_.dlogits, a_.yf, params_.grad(L.head), act()));
+  TSR_RETURN_IF_ERROR(tp_sum(s, g_.dy, T * h, act(), "head input gradient"));
+  // The residual gradient starts here: zero it, then the final norm adds into it.
+  TSR_RETURN_IF_ERROR(s.memset(g_.dx, 0, T * h * hal::dtype_size(act())));
+  return norm_backward(s, g_.dy, a_.resid.back(), L.final_w, L.final_b, a_.meanf, a_.rstdf, g_.dx);
+}
+
+Status GptModel::mlp_backward(const hal::Stream& s, int layer) {
+  const BlockParams& p = params_.layout().blocks[size_t(layer)];
+  const BlockActivations& b = block(layer);
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden), f = uint64_t(ffn_l_);
+  // g_.dx holds d(block output); the residual passes it through unchanged to `mid`.
+  if (p.b_down >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_grad(s, g_.dx, params_.grad(p.b_down), T, h, act_abi()));
+  const LinearShape down{tokens(), ffn_l_, config_.hidden};
+  TSR_RETURN_IF_ERROR(
+      linear_backward_input(s, down, g_.dx, params_.work(p.down), g_.dh, act(), false));
+  TSR_RETURN_IF_ERROR(linear_backward_weight(s, down, g_.dx, b.act, params_.grad(p.down), act()));
+  if (config_.swiglu) {
+    TSR_RETURN_IF_ERROR(
+        kernels_.swiglu_backward(s, b.gate, b.up, g_.dh, g_.dgate, g_.dup, T * f, act_abi()));
+  } else {
+    TSR_RETURN_IF_ERROR(kernels_.gelu_backward(s, b.up, g_.dh, g_.dup, T * f, act_abi()));
+  }
+  if (p.b_up >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_grad(s, g_.dup, params_.grad(p.b_up), T, f, act_abi()));
+  const LinearShape in_shape{tokens(), config_.hidden, ffn_l_};
+  TSR_RETURN_IF_ERROR(
+      linear_backward_input(s, in_shape, g_.dup, params_.work(p.up), g_.dy, act(), false));
+  TSR_RETURN_IF_ERROR(linear_backward_weight(s, in_shape, g_.dup, b.y2, params_.grad(p.up), act()));
+  if (config_.swiglu) {
+    TSR_RETURN_IF_ERROR(
+        linear_backward_input(s, in_shape, g_.dgate, params_.work(p.gate), g_.dy, act(), true));
+    TSR_RETURN_IF_ERROR(
+        linear_backward_weight(s, in_shape, g_.dgate, b.y2, params_.grad(p.gate), act()));
+  }
+  TSR_RETURN_IF_ERROR(tp_sum(s, g_.dy, T * h, act(), "MLP input gradient"));
+  return norm_backward(s, g_.dy, b.mid, p.norm2_w, p.norm2_b, b.mean2, b.rstd2, g_.dx);
+}
+
+Status GptModel::attention_backward(const hal::Stream& s, int layer) {
+  const BlockParams& p = params_.layout().blocks[size_t(layer)];
+  const BlockActivations& b = block(layer);
+  const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  // g_.dx holds d(mid).
+  if (p.bo >= 0)
+    TSR_RETURN_IF_ERROR(kernels_.bias_grad(s, g_.dx, params_.grad(p.bo), T, h, act_abi()));
+  const LinearShape out{tokens(), q_l_, config_.hidden};
+  TSR_RETURN_IF_ERROR(
+      linear_backward_input(s, out, g_.dx, params_.work(p.wo), g_.d_att, act(), false));
+  TSR_RETURN_IF_ERROR(linear_backward_weight(s, out, g_.dx, b.att, params_.grad(p.wo), act()));
+  const float scale = 1.0f / std::sqrt(float(config_.head_dim));
+  TSR_RETURN_IF_ERROR(kernels_.attention_backward(
+      s, b.q, b.k, b.v, b.att, g_.d_att, b.lse, g_.delta, g_.dq, g_.dk, g_.dv, uint64_t(batch_),
+      uint64_t(seq_), uint64_t(heads_l_), uint64_t(kv_heads_l_), uint64_t(config_.head_dim), scale,
+      act_abi()));
+  const struct {
+    int w, bias;
+    void* grad;
+    int64_t width;
+    int64_t heads;
+  } proj[] = {{p.wq, p.bq, g_.dq, q_l_, heads_l_},
+              {p.wk, p.bk, g_.dk, kv_l_, kv_heads_l_},
+              {p.wv, p.bv, g_.dv, kv_l_, -1}};
+  bool first = true;
+  for (const auto& pr : proj) {
+    if (config_.rope() && pr.heads > 0) {
+      TSR_RETURN_IF_ERROR(kernels_.rope(s, pr.grad, T, uint64_t(pr.heads),
+                                        uint64_t(config_.head_dim), uint64_t(seq_),
+                                        config_.rope_theta, -1, act_abi()));
+    }
+    if (pr.bias >= 0) {
+      TSR_RETURN_IF_ERROR(
+          kernels_.bias_grad(s, pr.grad, params_.grad(pr.bias), T, uint64_t(pr.width), act_abi()));
+    }
+    const LinearShape shape{tokens(), config_.hidden, pr.width};
+    TSR_RETURN_IF_ERROR(
+        linear_backward_input(s, shape, pr.grad, params_.work(pr.w), g_.dy, act(), !first));
+    TSR_RETURN_IF_ERROR(linear_backward_weight(s, shape, pr.grad, b.y1, params_.grad(pr.w), act()));
+    first = false;
+  }
+  TSR_RETURN_IF_ERROR(tp_sum(s, g_.dy, T * h, act(), "attention input gradient"));
+  return norm_backward(s, g_.dy, a_.resid[size_t(layer)], p.norm1_w, p.norm1_b, b.mean1, b.rstd1,
+                       g_.dx);
+}
+
+Status GptModel::embed_backward(const hal::Stream& s) {
+  const ParamLayout& L = params_.layout();
+  // The residual gradient is replicated over tp, so every rank adds the (replicated) position
+  // gradient itself and its own vocabulary rows.
+  return kernels_.embed_backward(s, a_.tokens, g_.dx, params_.grad(L.wte), params_.grad(L.wpe),
+                                 uint64_t(tokens()), uint64_t(config_.hidden), uint64_t(seq_),
+                                 vocab_begin_, vocab_l_, act_abi());
+}
+
+}  // namespace tessera::gpt

@@ -1,0 +1,119 @@
+// The GPT/MoE decoder on device memory: forward of one micro-batch (keeping its activations),
+// the cross-entropy loss, and the backward that accumulates f32 gradients into Params. Every
+// tensor lives on the device; the host sees only token ids going in, and loss values, MoE
+// routing decisions (top-k indices, to size the per-expert GEMMs) and norms coming out.
+//
+//   auto model = GptModel::create(device, config, kernels, groups, DType::kBF16, 4, 64).value();
+//   model.params().init(stream, seed);
+//   auto loss = model.forward(stream, corpus.batch(0, 4, 64)).value();
+//   model.backward(stream, 1.0f);           // weight of this micro-batch in the step's loss
+//
+// Tensor parallelism (Megatron): QKV, gate and up are column-parallel (heads / ffn rows split),
+// attention out and down row-parallel with an allreduce of their outputs in the forward; the
+// gradient of every column-parallel input is allreduced in the backward; the embedding and the
+// head are vocabulary-parallel (embedding outputs summed, xent statistics allreduced). Every
+// other tensor (residual stream, norms, router) is replicated and gets identical gradients.
+// MoE is dropless: every token reaches its top_k experts (no capacity limit yet).
+// Not thread-safe: one model per rank, used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "activations.h"
+#include "config.h"
+#include "data.h"
+#include "kernels.h"
+#include "parallel.h"
+#include "params.h"
+
+namespace tessera::gpt {
+
+struct StepLoss {
+  double xent = 0;  // mean next-token cross-entropy of the micro-batch, nats
+  double aux = 0;   // MoE load-balancing loss (router_aux_coef included), summed over layers
+  double total() const { return xent + aux; }
+};
+
+class GptModel {
+ public:
+  // Parameters (uninitialised: call params().init) and activations for micro-batches of `batch`
+  // sequences of `seq` tokens. `act`: kF32 or kBF16. `recompute` (full recomputation): keep only
+  // each block's input from the forward and rerun the block before its backward, so one block's
+  // activations are allocated instead of `layers`; results are bitwise those without it.
+  // INVALID_ARGUMENT for a seq beyond the learned positions or a tp degree the config does not
+  // divide.
+  static Result<std::unique_ptr<GptModel>> create(const hal::Device& device,
+                                                  const GptConfig& config, GptKernels kernels,
+                                                  ParallelGroups groups, DType act, int64_t batch,
+                                                  int64_t seq, bool recompute = false);
+
+  // Runs the forward and the loss on `batch` (batch * seq tokens, as created). Synchronises the
+  // stream (to read the loss and MoE routing back).
+  Result<StepLoss> forward(const hal::Stream& stream, const Batch& batch);
+  // Accumulates into params().grad the gradient of weight * (xent + aux) of the last forward.
+  // Queued on `stream`; MoE layers synchronise it.
+  Status backward(const hal::Stream& stream, float weight);
+
+  Params& params() { return params_; }
+  const Params& params() const { return params_; }
+  const GptConfig& config() const { return config_; }
+  const ParallelGroups& groups() const { return groups_; }
+  const GptKernels& kernels() const { return kernels_; }
+  int64_t tokens() const { return batch_ * seq_; }
+  uint64_t activation_bytes() const { return arena_.bytes(); }
+  bool recompute() const { return recompute_; }
+  // A hash of the last forward's MoE routing (every layer's top-k experts per token); constant
+  // for dense models. Finite differences are only valid where it does not change.
+  uint64_t routing_signature() const;
+
+ private:
+  GptModel(const hal::Device& device, GptConfig config, GptKernels kernels, ParallelGroups groups,
+           Params params, int64_t batch, int64_t seq, bool recompute);
+  Status allocate();
+
+  // model.cc
+  Status embed_forward(const hal::Stream& s);
+  Status attention_forward(const hal::Stream& s, int layer);
+  Status mlp_forward(const hal::Stream& s, int layer);
+  Status head_forward(const hal::Stream& s);
+  Status head_backward(const hal::Stream& s, float weight);
+  Status mlp_backward(const hal::Stream& s, int layer);
+  Status attention_backward(const hal::Stream& s, int layer);
+  Status embed_backward(const hal::Stream& s);
+  // moe.cc
+  Status moe_forward(const hal::Stream& s, int layer);
+  Status moe_route(const hal::Stream& s, int layer);
+  Status moe_backward(const hal::Stream& s, int layer, float weight);
+
+  // Norm of `x` into (y, mean, rstd) with weight/bias tensors w, b; and its backward, adding
+  // the input gradient into dx.
+  Status norm_forward(const hal::Stream& s, const void* x, int w, int b, void* y, float* mean,
+                      float* rstd);
+  Status norm_backward(const hal::Stream& s, const void* dy, const void* x, int w, int b,
+                       const float* mean, const float* rstd, void* dx);
+  Status tp_sum(const hal::Stream& s, void* data, uint64_t count, DType dtype, const char* what);
+
+  // The activations of block `layer` (one shared set under recomputation).
+  BlockActivations& block(int layer) { return a_.blocks[recompute_ ? 0 : size_t(layer)]; }
+  const BlockActivations& block(int layer) const {
+    return a_.blocks[recompute_ ? 0 : size_t(layer)];
+  }
+  uint32_t act_abi() const { return uint32_t(hal::to_abi(params_.act())); }
+  DType act() const { return params_.act(); }
+
+  const hal::Device* device_;
+  GptConfig config_;
+  GptKernels kernels_;
+  ParallelGroups groups_;
+  Params params_;
+  int64_t batch_, seq_;
+  bool recompute_;
+  // Local (tensor-parallel) widths.
+  int64_t heads_l_, kv_heads_l_, q_l_, kv_l_, ffn_l_, vocab_l_, vocab_begin_;
+  Arena arena_;
+  Activations a_;
+  Scratch g_;
+};
+
+}  // namespace tessera::gpt

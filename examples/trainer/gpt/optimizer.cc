@@ -1,0 +1,78 @@
+#include "optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::gpt {
+
+float scheduled_lr(const AdamWOptions& o, int64_t step) {
+  if (o.warmup_steps > 0 && step <= o.warmup_steps) {
+    return o.lr * float(step) / float(o.warmup_steps);
+  }
+  if (o.decay_steps <= o.warmup_steps) return o.lr;
+  const double progress =
+      std::min(1.0, double(step - o.warmup_steps) / double(o.decay_steps - o.warmup_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
+  return float(o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * cosine));
+}
+
+Result<AdamW> AdamW::create(const hal::Device& device, const ParamLayout& layout,
+                            AdamWOptions options) {
+  AdamW opt;
+  opt.options_ = options;
+  TSR_ASSIGN_OR_RETURN(opt.sums_, device.allocate(std::max<size_t>(layout.specs.size(), 1) * 4));
+  TSR_ASSIGN_OR_RETURN(opt.norm_, device.allocate(sizeof(double)));
+  return opt;
+}
+
+Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
+                                const GptKernels& kernels, const ParallelGroups& groups) const {
+  const ParamLayout& layout = params.layout();
+  float* sums = static_cast<float*>(sums_.data());
+  for (size_t i = 0; i < layout.specs.size(); ++i) {
+    TSR_RETURN_IF_ERROR(
+        kernels.sum_squares(s, params.grad(int(i)), sums + i, layout.specs[i].local_count()));
+  }
+  TSR_ASSIGN_OR_RETURN(std::vector<float> host, download<float>(s, sums, layout.specs.size()));
+  double replicated = 0, sharded = 0;
+  for (size_t i = 0; i < host.size(); ++i) {
+    (layout.specs[i].split == Split::kReplicated ? replicated : sharded) += double(host[i]);
+  }
+  if (groups.tp_size() > 1) {
+    TSR_RETURN_IF_ERROR(upload(s, norm_.data(), std::vector<double>{sharded}));
+    TSR_RETURN_IF_ERROR(
+        allreduce_on(groups.tp, s, norm_.data(), 1, DType::kF64, ReduceOp::kSum, "gradient norm"));
+    TSR_ASSIGN_OR_RETURN(std::vector<double> total, download<double>(s, norm_.data(), 1));
+    sharded = total[0];
+  }
+  return std::sqrt(replicated + sharded);
+}
+
+Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernels& kernels,
+                           const ParallelGroups& groups) {
+  TSR_ASSIGN_OR_RETURN(double norm, grad_norm(s, params, kernels, groups));
+  if (!std::isfinite(norm)) {
+    return failed_precondition("AdamW step " + std::to_string(steps_ + 1) +
+                               ": gradient norm is not finite");
+  }
+  const float scale =
+      options_.clip_norm > 0 && norm > options_.clip_norm ? float(options_.clip_norm / norm) : 1.0f;
+  ++steps_;
+  const float bias1 = 1.0f - std::pow(options_.beta1, float(steps_));
+  const float bias2 = 1.0f - std::pow(options_.beta2, float(steps_));
+  const ParamLayout& layout = params.layout();
+  const uint32_t act = uint32_t(hal::to_abi(params.act()));
+  const float lr = scheduled_lr(options_, steps_);
+  for (size_t i = 0; i < layout.specs.size(); ++i) {
+    const ParamSpec& spec = layout.specs[i];
+    const int index = int(i);
+    TSR_RETURN_IF_ERROR(
+        kernels.adamw(s, params.master(index), params.grad(index), params.m_base() + spec.offset,
+                      params.v_base() + spec.offset, params.work(index), spec.local_count(), lr,
+                      options_.beta1, options_.beta2, options_.eps,
+                      spec.decay ? options_.weight_decay : 0.0f, bias1, bias2, scale, act));
+  }
+  return norm;
+}
+
+}  // namespace tessera::gpt

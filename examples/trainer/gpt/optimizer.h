@@ -1,0 +1,53 @@
+// AdamW on the flat f32 master weights with global-norm gradient clipping. The norm is computed
+// per tensor on the device (sum_squares), read back and summed on the host in tensor order; the
+// tensor-parallel shards' part is summed over the tp group (replicated tensors count once).
+// Gradients must already be averaged over data parallelism (identical on every dp rank), so
+// every dp rank takes the same step. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels.h"
+#include "parallel.h"
+#include "params.h"
+
+namespace tessera::gpt {
+
+struct AdamWOptions {
+  float lr = 3e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // matrices only (ParamSpec::decay)
+  float clip_norm = 1.0f;     // <= 0: no clipping
+  // Schedule: linear warmup over `warmup_steps`, then cosine decay to min_lr_ratio * lr at
+  // `decay_steps` (and constant after); decay_steps 0 keeps lr constant after the warmup.
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;
+  float min_lr_ratio = 0.1f;
+};
+
+// The learning rate of step `step` (1-based) under `options`' schedule.
+float scheduled_lr(const AdamWOptions& options, int64_t step);
+
+class AdamW {
+ public:
+  static Result<AdamW> create(const hal::Device& device, const ParamLayout& layout,
+                              AdamWOptions options);
+
+  // The global L2 norm of the gradients (before clipping). Synchronises the stream.
+  Result<double> grad_norm(const hal::Stream& s, const Params& params, const GptKernels& kernels,
+                           const ParallelGroups& groups) const;
+  // One step: clip to clip_norm, update master, m, v and the working copy. Returns the norm.
+  Result<double> step(const hal::Stream& s, Params& params, const GptKernels& kernels,
+                      const ParallelGroups& groups);
+  int64_t steps() const { return steps_; }
+
+ private:
+  AdamWOptions options_;
+  hal::DeviceBuffer sums_;  // f32 [tensors]: per-tensor sums of squares
+  hal::DeviceBuffer norm_;  // f64 [1]: the tp allreduce of the sharded part
+  int64_t steps_ = 0;
+};
+
+}  // namespace tessera::gpt

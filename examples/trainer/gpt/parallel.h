@@ -1,0 +1,48 @@
+// The rank groups one GPT rank belongs to: its tensor-parallel group (Megatron splits, see
+// params.h for which tensors split how) and its data-parallel group (gradient allreduce). A null
+// communicator means a group of one; then every collective below is a no-op.
+//
+// Collectives are queued on the caller's stream (after its earlier work; later work waits), on
+// device memory, so nothing here touches a device pointer. Not thread-safe (one rank, one thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "tessera/coll/communicator.h"
+#include "tessera/common/status.h"
+#include "tessera/hal/stream.h"
+
+namespace tessera::gpt {
+
+using hal::DType;
+using hal::ReduceOp;
+
+struct ParallelGroups {
+  std::shared_ptr<coll::Communicator> tp;  // null: tp = 1
+  std::shared_ptr<coll::Communicator> dp;  // null: dp = 1
+
+  int tp_size() const { return tp ? tp->size() : 1; }
+  int tp_rank() const { return tp ? tp->rank() : 0; }
+  int dp_size() const { return dp ? dp->size() : 1; }
+  int dp_rank() const { return dp ? dp->rank() : 0; }
+};
+
+// Splits `world` (tp * dp ranks) into this rank's tp and dp groups in the planner's rank order
+// (runtime/planner groups.h, examples/trainer/layout.h): tp innermost, so rank = tp_index + tp *
+// dp_index. Collective over `world`; INVALID_ARGUMENT when tp * dp is not its size.
+Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp,
+                                   int dp);
+
+// In-place allreduce of `count` elements on `comm` (nothing when comm is null or of size 1),
+// ordered on `stream`. `what` names the tensor in errors.
+inline Status allreduce_on(const std::shared_ptr<coll::Communicator>& comm,
+                           const hal::Stream& stream, void* data, uint64_t count, DType dtype,
+                           ReduceOp op, const char* what) {
+  if (!comm || comm->size() == 1 || count == 0) return Status();
+  auto work = comm->allreduce(data, data, count, dtype, op, stream);
+  if (!work.ok()) return work.status().with_context(std::string("allreduce of ") + what);
+  return Status();
+}
+
+}  // namespace tessera::gpt

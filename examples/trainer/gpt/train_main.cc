@@ -1,0 +1,124 @@
+// tessera-gpt-train: trains the GPT/MoE decoder of a Hugging Face config.json on the Markov corpus
+// (data.h), one process per rank under any launcher the bootstrap knows (`tessera launch`,
+// torchrun-style, mpirun, srun) or alone. A tp x dp grid in the planner's rank order; rank 0
+// prints one line per step.
+//
+//   tessera-gpt-train --config examples/trainer/configs/tiny-llama.json --steps 60
+//   tessera launch -n 4 -- tessera-gpt-train --config .../tiny-mixtral.json --tp 2 --dp 2
+//
+// Integration into tessera-train (plans from the planner, checkpoints, recovery) is to come.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "tessera/coll/bootstrap.h"
+#include "tessera/coll/communicator.h"
+#include "tessera/hal/hal.h"
+#include "trainer.h"
+
+namespace tessera::gpt {
+namespace {
+
+struct CliOptions {
+  std::string config;
+  std::string backend = "host";
+  int steps = 20;
+  int tp = 1;
+  int dp = 0;                // 0: world / tp
+  int64_t decay_steps = -1;  // -1: steps
+  std::string act = "bf16";
+  std::string grad_comm = "f32";
+  TrainOptions train;
+};
+
+Result<DType> parse_dtype(const std::string& name, const char* flag) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f32") return DType::kF32;
+  return invalid_argument(std::string(flag) + ": '" + name + "' is not bf16 or f32");
+}
+
+Status run(CliOptions o) {
+  TSR_ASSIGN_OR_RETURN(GptConfig config, load_config(o.config));
+  o.train.adamw.decay_steps = o.decay_steps < 0 ? o.steps : o.decay_steps;
+  TSR_ASSIGN_OR_RETURN(o.train.act, parse_dtype(o.act, "--act"));
+  TSR_ASSIGN_OR_RETURN(o.train.grad_comm, parse_dtype(o.grad_comm, "--grad-comm"));
+  TSR_ASSIGN_OR_RETURN(auto bootstrap, coll::Bootstrap::from_environment());
+  const coll::LaunchInfo info = bootstrap->info();
+  TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
+  const std::vector<hal::Device> devices = platform->devices(o.backend);
+  if (devices.empty()) return not_found("no device of backend '" + o.backend + "'");
+  const hal::Device device = devices[size_t(info.local_rank) % devices.size()];
+  TSR_ASSIGN_OR_RETURN(hal::Stream stream, device.create_stream());
+  TSR_ASSIGN_OR_RETURN(GptKernels kernels, GptKernels::load(device));
+  std::shared_ptr<coll::Communicator> world;
+  if (info.size > 1) {
+    TSR_ASSIGN_OR_RETURN(world, coll::Communicator::create(bootstrap, device));
+  }
+  const int dp = o.dp > 0 ? o.dp : info.size / std::max(o.tp, 1);
+  TSR_ASSIGN_OR_RETURN(ParallelGroups groups, make_groups(world, o.tp, dp));
+  TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(device, config, kernels, groups, o.train));
+  TSR_RETURN_IF_ERROR(trainer->init(stream));
+  const bool print = info.rank == 0;
+  if (print) {
+    const GptModel& model = trainer->model();
+    const uint64_t param_bytes =
+        model.params().layout().total * (4 * sizeof(float) + hal::dtype_size(o.train.act));
+    std::printf(
+        "%s on %s (%s kernels), tp %d x dp %d, %lld x %lld tokens x %lld micro-batches per "
+        "rank, act %s%s; loss floor %.3f nats\n"
+        "rank 0 device memory: parameters, gradients, AdamW state %.2f MB; activations %.2f MB\n",
+        describe(config).c_str(), device.id().c_str(), kernels.format_name(), o.tp, dp,
+        (long long)o.train.micro_batch, (long long)o.train.seq, (long long)o.train.micro_batches,
+        o.act.c_str(), o.train.recompute ? ", full recomputation" : "",
+        trainer->corpus().entropy_floor(), double(param_bytes) / 1e6,
+        double(model.activation_bytes()) / 1e6);
+  }
+  const double tokens_per_step =
+      double(o.train.micro_batch * o.train.seq * o.train.micro_batches * dp);
+  for (int s = 0; s < o.steps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(stream));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (print) {
+      std::printf("step %lld loss %.4f xent %.4f grad_norm %.3f lr %.2e tokens/s %.0f\n",
+                  (long long)r.step, r.loss, r.xent, r.grad_norm, r.lr, tokens_per_step / seconds);
+      std::fflush(stdout);
+    }
+  }
+  if (world) TSR_RETURN_IF_ERROR(world->barrier());
+  return Status();
+}
+
+}  // namespace
+}  // namespace tessera::gpt
+
+int main(int argc, char** argv) {
+  tessera::gpt::CliOptions o;
+  CLI::App app{"Trains the GPT/MoE decoder of a config.json on the synthetic Markov corpus."};
+  app.add_option("--config", o.config, "Hugging Face config.json")->required();
+  app.add_option("--steps", o.steps, "optimizer steps");
+  app.add_option("--tp", o.tp, "tensor-parallel degree");
+  app.add_option("--dp", o.dp, "data-parallel degree (default: world / tp)");
+  app.add_option("--micro-batch", o.train.micro_batch, "sequences per micro-batch per rank");
+  app.add_option("--seq", o.train.seq, "tokens per sequence");
+  app.add_option("--micro-batches", o.train.micro_batches, "micro-batches per step");
+  app.add_option("--act", o.act, "activation dtype: bf16 or f32");
+  app.add_option("--grad-comm", o.grad_comm, "dp gradient allreduce dtype: f32 or bf16");
+  app.add_flag("--recompute", o.train.recompute, "full activation recomputation");
+  app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");
+  app.add_option("--warmup", o.train.adamw.warmup_steps, "linear learning-rate warmup steps");
+  app.add_option("--decay-steps", o.decay_steps,
+                 "cosine decay to 0.1 lr by this step (default: --steps; 0: constant)");
+  app.add_option("--seed", o.train.seed, "parameter initialisation seed");
+  app.add_option("--backend", o.backend, "HAL backend of the devices");
+  CLI11_PARSE(app, argc, argv);
+  const tessera::Status s = tessera::gpt::run(o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tessera-gpt-train: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,72 @@
+// One training step of the GPT/MoE decoder on one rank of a (dp x tp) grid: `micro_batches`
+// forward/backward passes accumulating gradients, the data-parallel gradient allreduce (f32, so
+// that dp matches a 1-rank run closely), then clipped AdamW. Data comes from MarkovCorpus
+// (data.h): step s, micro-batch j, dp rank r draws samples s*G + (j*dp + r)*B .. + B, G = the
+// global batch; a 1-rank run with micro_batch = dp*B draws exactly the same samples.
+//
+//   GptTrainer::create(device, config, kernels, groups, options) -> init(stream) -> step(stream)...
+//
+// Not thread-safe: one trainer per rank, driven from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "data.h"
+#include "model.h"
+#include "optimizer.h"
+
+namespace tessera::gpt {
+
+struct TrainOptions {
+  int64_t micro_batch = 4;  // sequences per micro-batch on this rank
+  int64_t seq = 32;
+  int64_t micro_batches = 1;  // gradient accumulation steps
+  uint64_t seed = 1234;       // parameter initialisation
+  uint64_t data_seed = 42;    // the Markov chain and its samples
+  DType act = DType::kBF16;   // activation/working-weight dtype (kF32 for tight checks)
+  bool recompute = false;     // full recomputation (GptModel::create)
+  // The data-parallel gradient allreduce's wire type: kF32, or kBF16 (half the bytes; the f32
+  // gradients are rounded to bf16 before the sum and the sum is widened back).
+  DType grad_comm = DType::kF32;
+  AdamWOptions adamw;
+};
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0;  // mean over micro-batches and dp ranks of xent + aux
+  double xent = 0;
+  double grad_norm = 0;  // before clipping
+  double lr = 0;         // the step's scheduled learning rate
+};
+
+class GptTrainer {
+ public:
+  static Result<std::unique_ptr<GptTrainer>> create(const hal::Device& device,
+                                                    const GptConfig& config, GptKernels kernels,
+                                                    ParallelGroups groups, TrainOptions options);
+  // Initialises the parameters from options.seed (identical on every rank of a dp group).
+  Status init(const hal::Stream& stream);
+  // One optimizer step. Synchronises the stream.
+  Result<StepResult> step(const hal::Stream& stream);
+
+  GptModel& model() { return *model_; }
+  const MarkovCorpus& corpus() const { return corpus_; }
+  const TrainOptions& options() const { return options_; }
+
+ private:
+  GptTrainer(std::unique_ptr<GptModel> model, AdamW adamw, TrainOptions options,
+             hal::DeviceBuffer scalars, hal::DeviceBuffer wire);
+  Status allreduce_grads(const hal::Stream& s);
+  Result<std::vector<double>> dp_mean(const hal::Stream& s, std::vector<double> values);
+
+  std::unique_ptr<GptModel> model_;
+  AdamW adamw_;
+  TrainOptions options_;
+  MarkovCorpus corpus_;
+  hal::DeviceBuffer scalars_;  // f64 [2]: losses averaged over dp
+  hal::DeviceBuffer wire_;     // bf16 gradients for the dp allreduce (grad_comm kBF16 only)
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera::gpt

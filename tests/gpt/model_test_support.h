@@ -1,0 +1,111 @@
+// Shared by the GPT model tests: a host device (discrete in ctest: the tests never touch device
+// memory), its stream and GptKernels, opened once per process; tiny decoder configs built through
+// the model IR; and the finite-difference gradient check.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "kernels.h"
+#include "model.h"
+#include "tessera/hal/hal.h"
+#include "tessera/ir/loaders.h"
+#include "trainer.h"
+
+namespace tessera::gpt::testing {
+
+// One device's worth of state. Members are destroyed in reverse order: the stream before the
+// platform.
+struct DeviceEnv {
+  std::shared_ptr<hal::Platform> platform;
+  std::optional<hal::Device> device;
+  std::optional<hal::Stream> stream;
+  std::optional<GptKernels> kernels;
+};
+
+// Opens host:0 with a stream and the kernels; nullopt after printing why.
+inline std::optional<DeviceEnv> open_device() {
+  DeviceEnv env;
+  hal::PlatformOptions options;
+  options.registry.selection = "host";
+  auto platform = hal::Platform::create(options);
+  if (!platform.ok()) {
+    std::fprintf(stderr, "platform: %s\n", platform.status().to_string().c_str());
+    return std::nullopt;
+  }
+  env.platform = *platform;
+  auto device = env.platform->device("host", 0);
+  if (!device.ok()) {
+    std::fprintf(stderr, "device: %s\n", device.status().to_string().c_str());
+    return std::nullopt;
+  }
+  env.device.emplace(*device);
+  auto stream = env.device->create_stream();
+  if (!stream.ok()) return std::nullopt;
+  env.stream.emplace(std::move(*stream));
+  auto kernels = GptKernels::load(*env.device);
+  if (!kernels.ok()) {
+    std::fprintf(stderr, "kernels: %s\n", kernels.status().to_string().c_str());
+    return std::nullopt;
+  }
+  env.kernels.emplace(std::move(*kernels));
+  return env;
+}
+
+inline std::string config_path(const char* file) {
+  return std::string(TESSERA_GPT_CONFIG_DIR) + "/" + file;
+}
+
+// Tiny decoders for gradient checks, built through the IR like the HF configs.
+enum class Tiny { kLlama, kMixtral, kGpt2 };
+inline void PrintTo(Tiny kind, std::ostream* out) {
+  *out << (kind == Tiny::kLlama ? "llama" : kind == Tiny::kMixtral ? "mixtral" : "gpt2");
+}
+inline GptConfig tiny_config(Tiny kind) {
+  ir::DecoderConfig d;
+  d.hidden = 16;
+  d.layers = 2;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.ffn = 24;
+  d.vocab = 32;
+  d.max_seq_len = 16;
+  d.dropout = false;
+  if (kind == Tiny::kGpt2) {
+    d.name = "tiny-gpt2";
+    d.kv_heads = 4;
+    d.learned_positions = 16;
+    d.activation = ir::MlpActivation::kGelu;
+    d.norm = ir::NormType::kLayerNorm;
+    d.bias = true;
+    d.tied = true;
+  } else {
+    d.name = kind == Tiny::kLlama ? "tiny-llama" : "tiny-mixtral";
+    d.activation = ir::MlpActivation::kSwiGlu;
+    d.norm = ir::NormType::kRmsNorm;
+    d.bias = false;
+    d.tied = kind == Tiny::kMixtral;
+    if (kind == Tiny::kMixtral) {
+      d.experts = 4;
+      d.top_k = 2;
+    }
+  }
+  auto model = ir::build_decoder(d);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  auto config = config_from_model(*model);
+  EXPECT_TRUE(config.ok()) << config.status().to_string();
+  GptConfig c = *config;
+  c.router_aux_coef = 0.05f;  // large enough that its gradient shows in the check
+  return c;
+}
+
+}  // namespace tessera::gpt::testing
