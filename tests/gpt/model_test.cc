@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "model_test_support.h"
+#include "tessera/ir/loaders.h"
 
 namespace tessera::gpt::testing {
 namespace {
@@ -40,6 +43,39 @@ TEST(GptConfig, RefusesATensorParallelDegreeThatDoesNotDivideTheHeads) {
   ASSERT_FALSE(layout.ok());
   EXPECT_NE(layout.status().message().find("heads"), std::string::npos)
       << layout.status().to_string();
+}
+
+// Families the IR reads but the kernels do not implement are refused naming the feature, never
+// trained as a plainer model.
+TEST(GptConfig, RefusesWhatTheKernelsDoNotImplementNamingIt) {
+  const struct {
+    const char* preset;
+    const char* feature;
+  } cases[] = {{"deepseek-v2-lite", "latent attention"},
+               {"mistral-7b", "sliding-window"},
+               {"qwen2-7b", "qkv_bias"},
+               {"gemma-2b", "GeGLU"},
+               {"qwen1.5-moe-a2.7b", "qkv_bias"}};
+  for (const auto& c : cases) {
+    auto model = ir::model_preset(c.preset);
+    ASSERT_TRUE(model.ok()) << c.preset << ": " << model.status().to_string();
+    auto config = config_from_model(*model);
+    ASSERT_FALSE(config.ok()) << c.preset << " was accepted";
+    EXPECT_NE(config.status().message().find(c.feature), std::string::npos)
+        << c.preset << ": " << config.status().to_string();
+  }
+  // Shared experts (Qwen2-MoE, DeepSeek) on an otherwise trainable MoE model.
+  std::ifstream in(config_path("tiny-mixtral.json"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto mixtral = ir::model_from_hf_config(text, "tiny-mixtral.json");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status().to_string();
+  for (auto& layer : mixtral->layers) {
+    if (layer.kind == ir::LayerKind::kMoe) layer.shared_ffn = 64;
+  }
+  auto config = config_from_model(*mixtral);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("shared experts"), std::string::npos)
+      << config.status().to_string();
 }
 
 TEST(MarkovCorpus, IsDeterministicAndHasALowEntropyFloor) {

@@ -49,6 +49,20 @@ Result<GptConfig> config_from_model(const ir::Model& model) {
         break;
       case ir::LayerKind::kAttention: {
         ++attention_layers;
+        // What the kernels do not implement is refused, never trained as something else.
+        if (ir::is_mla(l)) {
+          return refuse(model, i,
+                        "multi-head latent attention (kv_lora_rank " +
+                            std::to_string(l.kv_lora_rank) + ") is not implemented");
+        }
+        if (l.window > 0) {
+          return refuse(model, i,
+                        "sliding-window attention (window " + std::to_string(l.window) +
+                            ") is not implemented");
+        }
+        if (l.qkv_bias && !l.bias) {
+          return refuse(model, i, "biases on Q, K and V only (qkv_bias) are not implemented");
+        }
         const bool first = !have_attn;
         TSR_RETURN_IF_ERROR(same(model, i, "heads", l.heads, c.heads, have_attn));
         if (!first) {
@@ -66,6 +80,14 @@ Result<GptConfig> config_from_model(const ir::Model& model) {
         ++mlp_layers;
         const bool moe = l.kind == ir::LayerKind::kMoe;
         const bool swiglu = l.activation == ir::MlpActivation::kSwiGlu;
+        if (l.activation == ir::MlpActivation::kGeGlu) {
+          return refuse(model, i, "gated GeLU (GeGLU) is not implemented");
+        }
+        if (l.shared_ffn > 0) {
+          return refuse(model, i,
+                        "shared experts (shared_ffn " + std::to_string(l.shared_ffn) +
+                            ") are not implemented");
+        }
         if (have_mlp && (l.ffn != c.ffn || moe != c.moe() || swiglu != c.swiglu ||
                          l.experts != c.experts || l.top_k != c.top_k)) {
           return refuse(model, i, "MLP/MoE shape differs from earlier layers");
