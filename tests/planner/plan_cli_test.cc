@@ -54,6 +54,29 @@ TEST(PlanCli, JsonCarriesTheContractFields) {
   EXPECT_TRUE(j["search"].contains("elapsed_ms"));
 }
 
+TEST(PlanCli, ModelNotesShowInTextAndJson) {
+  // What the loader left out of the cost is said where the plan is read, not only in the IR.
+  const std::string args =
+      "--model deepseek-v3 --cluster dgx-h100 --devices 2048 --global-batch 4096 "
+      "--seq-len 4096 --top 1 --fix tp=2,pp=16,ep=64,mbs=1,zero=1,recompute=full,sp=1";
+  const CliRun text = run(args);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("note     the multi-token-prediction layer"), std::string::npos)
+      << text.out;
+  const CliRun json = run(args + " --json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["model"]["notes"].size(), 1u);
+  EXPECT_NE(j["model"]["notes"][0].get<std::string>().find("multi-token-prediction"),
+            std::string::npos);
+  // A model without notes has an empty list, so readers need not test for the key.
+  const CliRun plain =
+      run("--model llama2-7b --cluster dgx-a100-80gb --devices 8 --global-batch 64 --seq-len 4096 "
+          "--top 1 --json");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_TRUE(nlohmann::json::parse(plain.out)["model"]["notes"].empty());
+}
+
 TEST(PlanCli, FixedValuesShowUpInEveryPlan) {
   const CliRun r =
       run("--model llama2-13b --cluster dgx-a100-80gb --devices 16 --global-batch 64 "

@@ -129,8 +129,10 @@ void run_plan(const PlanOptions& o) {
             << fixed(ir::model_params(model) / 1e9, 2) << " B parameters, " << model.num_blocks
             << " layers, hidden " << model.hidden << ", " << model.heads << " heads ("
             << model.kv_heads << " kv), vocab " << model.vocab
-            << (model.experts ? ", " + std::to_string(model.experts) + " experts" : "") << "\n"
-            << "cluster  " << printable(c.name) << ": " << c.hosts << " x " << c.devices_per_host
+            << (model.experts ? ", " + std::to_string(model.experts) + " experts" : "") << "\n";
+  // What the loader read but left out of the cost (ignored keys, approximations).
+  for (const std::string& note : model.notes) std::cout << "note     " << printable(note) << "\n";
+  std::cout << "cluster  " << printable(c.name) << ": " << c.hosts << " x " << c.devices_per_host
             << " " << printable(c.device.name) << " (" << fixed(c.device.memory_gib, 0) << " GiB, "
             << fixed(c.device.peak_flops(dtype) / 1e12, 0) << " TFLOP/s " << o.dtype << "), "
             << printable(c.intra_host.link) << " " << fixed(c.intra_host.busbw_gbps, 0)
