@@ -249,6 +249,18 @@ ActivationBytes layer_activations(const Layer& l, int64_t batch, int64_t seq) {
   return a;
 }
 
+namespace {
+
+// The residual add after attention or the MLP, with the branch's dropout when training keeps it,
+// as Megatron-LM runs them: one fused bias-dropout-add kernel reads the branch output and the
+// residual (2 + 2 bytes per element) and writes the sum (2) and, with dropout, its mask (1) —
+// 7 bytes per element with dropout and 6 without, not a separate dropout (5) and add (6).
+double residual_traffic(const Layer& l, double t, double h) {
+  return (l.dropout ? 7.0 : 6.0) * t * h;
+}
+
+}  // namespace
+
 TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
   const double t = static_cast<double>(batch) * static_cast<double>(seq);
   const double h = static_cast<double>(l.hidden);
@@ -261,13 +273,13 @@ TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
     case LayerKind::kAttention: {
       const double scores = static_cast<double>(l.heads) * keys_per_query(l, seq) * t;  // elements
       b.sharded = 4 * scores + (l.dropout ? 5 * scores : 0);        // softmax r/w, dropout
-      b.replicated = 6 * t * h + (l.dropout ? 5 * t * h : 0);       // residual add, dropout
+      b.replicated = residual_traffic(l, t, h);
       if (is_mla(l)) b.replicated += 4 * t * mla_widths(l).latent;  // the latents' norms
       break;
     }
     case LayerKind::kMlp:
       b.sharded = act * t * static_cast<double>(l.ffn);
-      b.replicated = 6 * t * h + (l.dropout ? 5 * t * h : 0);
+      b.replicated = residual_traffic(l, t, h);
       break;
     case LayerKind::kMoe:
       b.sharded = act * t * static_cast<double>(l.ffn) * static_cast<double>(l.top_k) +
