@@ -356,6 +356,7 @@ Status CommImpl::setup_ucx(const CreateArgs& args, const Membership& m) {
 void CommImpl::watch_local_peers(const Membership& m) {
   dead_.assign(size_t(size_), false);
   liveness_ = std::make_unique<PeerLiveness>();
+  notice_ = JobAbortNotice::from_environment();
   for (int r : m.local_ranks) {
     if (r != rank_) liveness_->watch(r, processes_[size_t(r)], processes_[size_t(rank_)]);
   }
@@ -450,6 +451,21 @@ void CommImpl::update_dead_peers() {
   if (liveness_) liveness_->update(dead_);
 }
 
+std::string CommImpl::peer_name(int peer) const {
+  std::string name = "rank " + std::to_string(peer);
+  // In a split (or a hierarchical algorithm's per-host and cross-host communicators) the rank
+  // numbers are the group's: say which process of the job it is.
+  const int world = world_ranks_[size_t(peer)];
+  if (world != peer) name += " (world rank " + std::to_string(world) + ")";
+  return name;
+}
+
+Status CommImpl::job_failed(const std::string& why, const Status& seen_here) const {
+  std::string message = "the job failed: " + why + " (tessera launch's notice)";
+  if (!seen_here.ok()) message += "; here: " + seen_here.message();
+  return Status(StatusCode::kAborted, std::move(message));
+}
+
 // ---- the progress loop
 // -----------------------------------------------------------------------------
 
@@ -463,6 +479,18 @@ Status CommImpl::fail(std::span<P2P> ops, Status status) {
   // reported as that failure, which names the rank that started it.
   if (shm_ && status.code() != StatusCode::kAborted) {
     if (Status by_peer = shm_->posted_abort_status(rank_); !by_peer.ok()) status = by_peer;
+  }
+  // A peer on another host lost mid-transfer is often a victim, not the cause: a rank there died
+  // and its launcher stopped the rest. That launcher's notice (here within a few hundred ms)
+  // names the rank that died; wait for it briefly rather than blame the peer this rank waited on.
+  if (status.code() == StatusCode::kUnavailable) {
+    const bool remote = std::any_of(ops.begin(), ops.end(), [&](const P2P& op) {
+      return !op.done && host_of_[size_t(op.peer)] != host_of_[size_t(rank_)];
+    });
+    constexpr auto kNoticeWait = std::chrono::milliseconds(1500);
+    if (auto why = notice_.await(remote ? kNoticeWait : std::chrono::milliseconds(0))) {
+      status = job_failed(*why, status);
+    }
   }
   for (P2P& op : ops) {
     if (op.done) continue;
@@ -512,8 +540,9 @@ Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
       sched_yield();
       if (idle % 64 != 0) continue;
     }
-    // Every 64 yields: aborts, dead peers, the deadline.
+    // Every 64 yields: aborts, the launcher's notice, dead peers, the deadline.
     if (aborted()) return fail(ops, abort_status());
+    if (auto why = notice_.check()) return fail(ops, job_failed(*why, Status()));
     if (shm_) {
       if (Status by_peer = shm_->posted_abort_status(rank_); !by_peer.ok()) {
         return fail(ops, by_peer);
@@ -527,13 +556,13 @@ Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
       if (op.done || !dead_[size_t(op.peer)]) continue;
       if (Status s = transport_for(op.peer)->progress(op); !s.ok()) return fail(ops, s);
       if (op.done) continue;
-      return fail(ops, unavailable("rank " + std::to_string(op.peer) + " (pid " +
+      return fail(ops, unavailable(peer_name(op.peer) + " (pid " +
                                    std::to_string(processes_[size_t(op.peer)].pid) + ") died"));
     }
     if (ucx_) {
       if (auto failed = ucx_->failed_peer()) {
-        return fail(ops, unavailable("rank " + std::to_string(failed->first) +
-                                     " is unreachable: " + failed->second));
+        return fail(ops,
+                    unavailable(peer_name(failed->first) + " is unreachable: " + failed->second));
       }
     }
     const auto now = Clock::now();
@@ -543,8 +572,8 @@ Status CommImpl::run(std::span<P2P> ops, uint32_t step) {
       for (const P2P& op : ops) {
         if (op.done) continue;
         waiting += (waiting.empty() ? "" : ", ") +
-                   std::string(op.kind == P2P::Kind::kSend ? "send to" : "receive from") +
-                   " rank " + std::to_string(op.peer) + " (" + std::to_string(op.moved) + " of " +
+                   std::string(op.kind == P2P::Kind::kSend ? "send to" : "receive from") + " " +
+                   peer_name(op.peer) + " (" + std::to_string(op.moved) + " of " +
                    std::to_string(op.bytes) + " bytes)";
       }
       return fail(ops,

@@ -148,6 +148,10 @@ class CommImpl {
   Transport* transport_for(int peer);
   // Marks local peers whose process exited in dead_ (peer_liveness.h).
   void update_dead_peers();
+  // "rank P", with its world rank when the two differ (for messages).
+  std::string peer_name(int peer) const;
+  // The launcher's notice that the job failed (peer_liveness.h), as this rank's error.
+  Status job_failed(const std::string& why, const Status& seen_here) const;
   Status fail(std::span<P2P> ops, Status status);
   void proxy_main();
   void drain();
@@ -163,6 +167,7 @@ class CommImpl {
   std::vector<ProcessIdentity> processes_;  // per rank, from the creation cards
   std::unique_ptr<PeerLiveness> liveness_;  // watches the local peers
   std::vector<bool> dead_;                  // per rank: its process exited
+  JobAbortNotice notice_;                   // the launcher's word that the job failed
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Transport> ucx_;
   bool force_ucx_ = false;

@@ -126,6 +126,9 @@ Result<Work> CommImpl::enqueue_with_callback(OpDesc d, const hal::Stream& stream
 Status CommImpl::stop_status() {
   if (aborted()) return abort_status();
   Status by_peer = shm_ ? shm_->posted_abort_status(rank_) : Status();
+  if (by_peer.ok()) {
+    if (auto why = notice_.check()) by_peer = job_failed(*why, Status());
+  }
   if (!by_peer.ok()) abort(by_peer.message());
   return by_peer;
 }

@@ -2,12 +2,14 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tessera/common/env.h"
 
@@ -128,6 +130,41 @@ const char* PeerLiveness::method() const {
     if (w.pidfd < 0) return "proc";
   }
   return "pidfd";
+}
+
+// ---- the launcher's abort notice
+// ---------------------------------------------------------------------------
+
+JobAbortNotice JobAbortNotice::from_environment() {
+  return JobAbortNotice(env::get("TESSERA_ABORT_NOTICE").value_or(""));
+}
+
+std::optional<std::string> JobAbortNotice::check() {
+  if (reason_ || path_.empty()) return reason_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_check_) return std::nullopt;
+  next_check_ = now + kProcInterval;
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return std::nullopt;
+  // Written to a temporary name and renamed: once it exists, it is whole.
+  std::ifstream in(path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string reason = text.str();
+  while (!reason.empty() && (reason.back() == '\n' || reason.back() == ' ')) reason.pop_back();
+  reason_ = reason.empty() ? "(no reason given)" : reason;
+  return reason_;
+}
+
+std::optional<std::string> JobAbortNotice::await(std::chrono::milliseconds wait) {
+  if (path_.empty()) return std::nullopt;
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    next_check_ = {};
+    if (auto reason = check()) return reason;
+    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(kProcInterval);
+  }
 }
 
 }  // namespace tessera::coll

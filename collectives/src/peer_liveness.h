@@ -1,5 +1,7 @@
 // Watches the processes of the local peers, so a rank waiting on one that died fails at once
-// naming it instead of waiting for the timeout. Internal to collectives/.
+// naming it instead of waiting for the timeout; and the launcher's notice that the job failed on
+// some host (JobAbortNotice), so a rank waiting on a peer on another host learns of it too.
+// Internal to collectives/.
 //
 // Where the kernel has pidfds (Linux >= 5.3) a peer's pidfd becomes readable when it exits. Where
 // it does not (CentOS 7's 3.10, Kylin V10's and openEuler 20.03's 4.19), or when
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,29 @@ class PeerLiveness {
   std::vector<Watched> watched_;
   bool proc_ok_ = false;  // /proc/<pid>/stat readable here (else the fallback uses kill() alone)
   std::chrono::steady_clock::time_point next_proc_check_{};
+};
+
+// The launcher's notice that the job failed (docs/LAUNCH.md, "Cross-host aborts"): `tessera
+// launch` names a file in TESSERA_ABORT_NOTICE and, when a rank on any node fails, writes why
+// there (whole, by rename) before it stops its ranks. A rank blocked on a peer on another host
+// (a UCX transfer that will never complete) reads it and fails with the dead rank named, instead
+// of waiting for its timeout or blaming the peer it happened to wait on. Not thread-safe.
+class JobAbortNotice {
+ public:
+  // TESSERA_ABORT_NOTICE, or no notice (not started by `tessera launch`).
+  static JobAbortNotice from_environment();
+  explicit JobAbortNotice(std::string path = {}) : path_(std::move(path)) {}
+
+  // Why the job failed, once the launcher said so. Cheap: one stat() at most every 10 ms.
+  std::optional<std::string> check();
+  // check() until the notice comes or `wait` passes (none: returns at once). A rank that lost
+  // a peer on another host waits this long for the root cause before it reports the peer.
+  std::optional<std::string> await(std::chrono::milliseconds wait);
+
+ private:
+  std::string path_;  // empty: no notice
+  std::chrono::steady_clock::time_point next_check_{};
+  std::optional<std::string> reason_;
 };
 
 }  // namespace tessera::coll

@@ -13,8 +13,21 @@
 #                                  messages and idle connections reach the store from host 1;
 #                                  each is refused (node 0 logs it) and the real node 1 then
 #                                  completes the job (tessera_bootstrap_probe on 4 ranks)
+#   abort_reaches_every_host       ranks allreduce in a loop; rank 3 (host 1) is killed with
+#                                  SIGKILL: both ranks of host 0 fail naming rank 3, and the test
+#                                  prints how long after the kill (bound: the issue's 5 s)
+#   host_loss_fails_survivors      ranks allreduce in a loop; host 1's link is cut (its bridge
+#                                  port down, no packet and no reset gets through): node 0's
+#                                  launcher finds node 1 silent (10 s) and host 0's ranks fail
+#                                  within their collective timeout (20 s here), naming the
+#                                  operation and the lost node
+#   tuner_picks_hierarchical       without TESSERA_COLL_ALGO, the tuner of the world communicator
+#                                  (2 hosts x 2 ranks) chooses hierarchical allreduce at 4 MiB
+#   bench_coll_across_hosts        `tessera bench coll` allreduce on 2 hosts x 2 ranks: the table
+#                                  says 2 hosts, lists the ranks on both host names, checks the
+#                                  results; its bus bandwidth is printed beside the link's rate
 #
-# Usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE
+# Usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE MULTINODE_RANK
 # Exit: 0 pass, 1 fail, 77 skipped (the fixture could not make hosts: not root, ...).
 set -u -o pipefail
 case_name=${1:?usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE}
@@ -22,6 +35,7 @@ state=$2
 tessera=$3
 netns_rank=$4
 probe=$5
+multinode_rank=${6:-}
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/../../scripts/netns-hosts.sh"
 
@@ -34,7 +48,9 @@ case "$name" in SKIP*) echo "SKIP: ${name#SKIP }"; exit 77 ;; esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-multinode-XXXXXX")
 pids=()
+link_cut=""
 cleanup() {
+  [ -z "$link_cut" ] || ip -n "tsr-$name-br" link set h1 up
   # Each pid is a `timeout`, which passes SIGTERM on to its launcher (that stops its ranks); the
   # fixture's cleanup kills whatever still runs on the hosts.
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
@@ -51,6 +67,10 @@ case "$case_name" in
   allreduce_across_hosts) port=29401 ;;
   rank_failure_stops_every_host) port=29402 ;;
   store_refuses_strangers) port=29403 ;;
+  abort_reaches_every_host) port=29404 ;;
+  host_loss_fails_survivors) port=29405 ;;
+  tuner_picks_hierarchical) port=29406 ;;
+  bench_coll_across_hosts) port=29407 ;;
   *) echo "FAIL: unknown case '$case_name'"; exit 1 ;;
 esac
 
@@ -95,6 +115,28 @@ fail() {
 
 expect_in() {  # FILE TEXT
   grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks '$2'"
+}
+
+now_ms() { date +%s%3N; }
+
+# Waits (at most 30 s) until the 4 ranks print that their allreduce loop runs.
+await_looping() {
+  for _ in $(seq 300); do
+    [ "$(cat "$work"/node*.out 2>/dev/null | grep -c ': pid [0-9]* looping')" -ge 4 ] && return
+    sleep 0.1
+  done
+  fail "the ranks did not all start looping"
+}
+
+# failed_after RANK FILE SINCE_MS: how many ms after SINCE_MS rank RANK reported its failure in
+# FILE; its failure line goes to the variable `line`.
+failed_after() {
+  line=$(grep -m1 -F "[rank $1] multinode rank $1: FAILED at " "$2") ||
+    fail "rank $1 reported no failure"
+  local at=${line#*FAILED at }
+  at=${at%%:*}
+  echo "rank $1 failed $((at - $3)) ms after: ${line#*FAILED at *: }"
+  took=$((at - $3))
 }
 
 case "$case_name" in
@@ -170,6 +212,99 @@ case "$case_name" in
     expect_in "$work/node0.err" "an empty token"
     expect_in "$work/node0.err" "a request before the hello"
     echo "PASS: strangers refused, the job completed on 4 ranks over 2 hosts"
+    ;;
+
+  abort_reaches_every_host)
+    # A long collective timeout: a rank that fails within seconds learned of the death, it did
+    # not time out.
+    common=(TESSERA_STORE_TOKEN="t-$$-$RANDOM" TESSERA_COLL_TIMEOUT_MS=60000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0)
+    launcher 0 "$work/node0" "${common[@]}" -- -- "$multinode_rank" loop
+    launcher 1 "$work/node1" "${common[@]}" -- -- "$multinode_rank" loop
+    await_looping
+    victim=$(grep -o 'rank 3: pid [0-9]*' "$work/node1.out" | grep -o '[0-9]*$')
+    [ -n "$victim" ] || fail "rank 3 printed no pid"
+    killed_at=$(now_ms)
+    kill -KILL "$victim"
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -ne 0 ] && [ "$code1" -ne 0 ] || fail "launchers exited $code0 and $code1"
+    expect_in "$work/node1.err" "rank 3 killed by signal 9 (SIGKILL)"
+    worst=0
+    for r in 0 1; do
+      failed_after "$r" "$work/node0.err" "$killed_at"
+      case "$line" in *"rank 3"*) ;; *) fail "rank $r's error does not name rank 3: $line" ;; esac
+      case "$line" in *allreduce*) ;; *) fail "rank $r's error does not name the operation" ;; esac
+      [ "$took" -gt "$worst" ] && worst=$took
+    done
+    # The issue's bound; the notice path takes a few hundred ms, so 5 s holds under load.
+    [ "$worst" -lt 5000 ] || fail "host 0's ranks learned of rank 3's death only after $worst ms"
+    echo "PASS: rank 3 killed on host 1; both ranks of host 0 failed naming it within $worst ms"
+    ;;
+
+  host_loss_fails_survivors)
+    # Node 0 waits 10 s for the silent node once more after its own ranks are gone.
+    limit=45
+    common=(TESSERA_STORE_TOKEN="t-$$-$RANDOM" TESSERA_COLL_TIMEOUT_MS=20000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0)
+    launcher 0 "$work/node0" "${common[@]}" -- -- "$multinode_rank" loop
+    launcher 1 "$work/node1" "${common[@]}" -- -- "$multinode_rank" loop
+    await_looping
+    cut_at=$(now_ms)
+    link_cut=1
+    ip -n "tsr-$name-br" link set h1 down || fail "cannot cut host 1's link"
+    wait "${pids[0]}"; code0=$?
+    ip -n "tsr-$name-br" link set h1 up
+    link_cut=""
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -ne 0 ] || fail "host 0's launcher exited 0 after host 1 was cut off"
+    worst=0
+    for r in 0 1; do
+      failed_after "$r" "$work/node0.err" "$cut_at"
+      case "$line" in *"node rank 1"*"stopped answering"*) ;;
+        *) fail "rank $r's error does not name the lost node: $line" ;; esac
+      case "$line" in *allreduce*) ;; *) fail "rank $r's error does not name the operation" ;; esac
+      [ "$took" -gt "$worst" ] && worst=$took
+    done
+    # The collective timeout (20 s) bounds it; the launcher's notice comes after its 10 s.
+    [ "$worst" -lt 20000 ] || fail "host 0's ranks failed only $worst ms after the cut"
+    expect_in "$work/node0.err" "node rank 1 ("
+    echo "PASS: host 1 cut off; host 0's ranks failed naming it within $worst ms (timeout 20000 ms)"
+    ;;
+
+  tuner_picks_hierarchical)
+    common=(TESSERA_STORE_TOKEN="t-$$-$RANDOM" TESSERA_COLL_TIMEOUT_MS=20000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0 TESSERA_COLL_ALGO=)
+    launcher 0 "$work/node0" "${common[@]}" -- -- "$multinode_rank" tuner
+    launcher 1 "$work/node1" "${common[@]}" -- -- "$multinode_rank" tuner
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -eq 0 ] && [ "$code1" -eq 0 ] || fail "launchers exited $code0 and $code1"
+    cat "$work"/node*.out | grep -F 'allreduce' | sort
+    for r in 0 1; do expect_in "$work/node0.out" "rank $r: allreduce 4194304 bytes -> hierarchical"; done
+    for r in 2 3; do expect_in "$work/node1.out" "rank $r: allreduce 4194304 bytes -> hierarchical"; done
+    echo "PASS: the tuner chose hierarchical allreduce across 2 hosts on its own"
+    ;;
+
+  bench_coll_across_hosts)
+    common=(TESSERA_STORE_TOKEN="t-$$-$RANDOM" TESSERA_COLL_TIMEOUT_MS=20000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0)
+    bench=("$tessera" bench coll -o allreduce -b 1M -e 4M -f 4 -n 5 -w 2 -c 1 --memory host)
+    launcher 0 "$work/node0" "${common[@]}" -- -- "${bench[@]}"
+    launcher 1 "$work/node1" "${common[@]}" -- -- "${bench[@]}"
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"; code1=$?
+    pids=()
+    [ "$code0" -eq 0 ] && [ "$code1" -eq 0 ] || fail "launchers exited $code0 and $code1"
+    grep -F '[rank 0] #' "$work/node0.out" | sed 's/^\[rank 0\] //'
+    expect_in "$work/node0.out" "nRanks 4 nHosts 2"
+    for h in 0 1; do expect_in "$work/node0.out" " on $name-h$h "; done
+    expect_in "$work/node0.out" "Out of bounds values : 0 OK"
+    busbw=$(grep -F 'Avg bus bandwidth' "$work/node0.out" | grep -o '[0-9.e+-]*[[:space:]]*$' | tr -d ' ')
+    echo "PASS: bench coll across 2 hosts: hosts column right, avg busbw $busbw GB/s over a 1 Gbit/s (0.125 GB/s) link"
     ;;
 esac
 exit 0

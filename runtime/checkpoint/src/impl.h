@@ -62,6 +62,9 @@ struct Checkpointer::Impl {
   int saves_since_full = 0;
 
   // Peer replica: the copy of another rank's newest committed snapshot that this rank keeps.
+  // The buddy ring's stride (buddy.h): options' replica_stride, or chosen from the hosts at the
+  // first replica; 0 until then.
+  int replica_stride = 0;
   struct Replica {
     int owner = -1;
     int64_t step = -1;

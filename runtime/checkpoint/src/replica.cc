@@ -1,11 +1,13 @@
 // Peer-memory replicas: after each committed save a rank sends its snapshot to its buddy
-// ((rank + stride) % size) and keeps the one its own predecessor sends. restore() brings every
+// ((rank + stride) % size, the stride chosen by host unless given: buddy.h) and keeps the one its
+// own predecessor sends. restore() brings every
 // rank back to the newest step that survives in some memory, storage being the fallback.
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "buddy.h"
 #include "impl.h"
 #include "tessera/common/log.h"
 
@@ -93,7 +95,21 @@ Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* second
   const auto t0 = std::chrono::steady_clock::now();
   RankGroup& group = *self->group_;
   const int size = group.size(), rank = group.rank();
-  const int stride = self->options_.replica_stride % size;
+  if (size < 2) return Status();
+  if (replica_stride == 0) {
+    replica_stride = self->options_.replica_stride;
+    if (replica_stride == 0) {  // by host: every rank learns every rank's host (collective)
+      TSR_ASSIGN_OR_RETURN(std::vector<std::string> hosts, group.allgather(buddy_host_identity()));
+      replica_stride = replica_stride_for_hosts(hosts);
+      const int same = buddies_on_same_host(hosts, replica_stride);
+      if (rank == 0) {
+        TSR_LOG(kInfo, "ckpt") << "peer replicas: buddy = rank + " << replica_stride << " (mod "
+                               << size << "); " << same << " of " << size
+                               << " buddies share their rank's host";
+      }
+    }
+  }
+  const int stride = replica_stride % size;
   if (stride == 0) return Status();
   const int buddy = (rank + stride) % size;
   const int source = (rank - stride + size) % size;

@@ -96,8 +96,8 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::create(CheckpointOptions opt
   if (options.max_write_mbps < 0) {
     return invalid_argument("checkpointer: 'max_write_mbps' must be >= 0");
   }
-  if (options.replica_stride < 1) {
-    return invalid_argument("checkpointer: 'replica_stride' must be >= 1");
+  if (options.replica_stride < 0) {
+    return invalid_argument("checkpointer: 'replica_stride' must be >= 0 (0: chosen by host)");
   }
   TSR_RETURN_IF_ERROR(fs::make_dirs(options.dir));
   std::unique_ptr<Checkpointer> ck(new Checkpointer(std::move(options), std::move(group)));
@@ -256,6 +256,9 @@ Status Checkpointer::rebind(std::shared_ptr<RankGroup> group) {
   }
   // The worker touches group_ only while busy, so swapping it under the lock is safe.
   group_ = std::move(group);
+  // The buddy stride is chosen again with the new group (a restarted rank may run elsewhere, and
+  // it chooses at its first replica too: both sides then take part in the same allgather).
+  impl_->replica_stride = 0;
   return Status();
 }
 

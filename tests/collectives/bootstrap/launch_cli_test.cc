@@ -100,6 +100,22 @@ TEST(LaunchCli, AFailingRankSetsTheExitCodeAndTheOthersAreStoppedPromptly) {
   EXPECT_LT(took, std::chrono::seconds(10)) << "the sleeping ranks were not stopped";
 }
 
+// The abort notice (docs/LAUNCH.md, "Cross-host aborts"): the survivors find why the job failed in
+// TESSERA_ABORT_NOTICE before the launcher's SIGTERM reaches them, and the file goes with the job.
+TEST(LaunchCli, TheOtherRanksReadWhyARankFailedInTheAbortNotice) {
+  const CliRun r = launch(
+      "-n 2 -- sh -c 'if [ $RANK = 1 ]; then exit 3; fi; echo \"notice at $TESSERA_ABORT_NOTICE\"; "
+      "for i in $(seq 100); do if [ -f \"$TESSERA_ABORT_NOTICE\" ]; then cat "
+      "\"$TESSERA_ABORT_NOTICE\"; exit 0; fi; sleep 0.05; done; exit 9'");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(has(r.out, "[rank 0] rank 1 exited with code 3\n")) << r.out << r.err;
+  const size_t at = r.out.find("notice at ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string path = r.out.substr(at + 10, r.out.find('\n', at) - at - 10);
+  EXPECT_TRUE(has(path, "/tessera-launch-")) << path;
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << path << " outlived the job";
+}
+
 TEST(LaunchCli, ARankKilledByASignalIsReportedAs128PlusTheSignal) {
   const CliRun r = launch("-n 2 -- sh -c 'if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60'");
   EXPECT_EQ(r.code, 128 + 9) << r.err;

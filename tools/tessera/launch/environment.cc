@@ -67,6 +67,13 @@ Result<std::vector<std::string>> rank_environment(const LaunchOptions& options,
   } else {
     set_var(env, "TESSERA_STORE_TOKEN", placement.token);
   }
+  // A notice meant for an enclosing job's ranks must not abort this job's.
+  if (placement.abort_notice.empty()) {
+    std::erase_if(env,
+                  [](const std::string& e) { return e.rfind("TESSERA_ABORT_NOTICE=", 0) == 0; });
+  } else {
+    set_var(env, "TESSERA_ABORT_NOTICE", placement.abort_notice);
+  }
   const int k = options.devices_per_rank;
   if (k <= 0) return env;
   // The count changes; a mode after it ("N:discrete", device memory the CPU cannot touch) is the

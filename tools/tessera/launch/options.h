@@ -49,6 +49,7 @@ struct NodePlacement {
   std::string store_host = "127.0.0.1";  // MASTER_ADDR
   int store_port = 0;                    // MASTER_PORT
   std::string token;                     // TESSERA_STORE_TOKEN; empty: none
+  std::string abort_notice;              // TESSERA_ABORT_NOTICE (abort_notice.h); empty: none
   int global_rank(int nprocs, int local_rank) const { return node_rank * nprocs + local_rank; }
 };
 
@@ -56,7 +57,8 @@ struct NodePlacement {
 // with torchrun's RANK (node_rank * nprocs + local_rank), WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
 // ROLE_NAME, MASTER_ADDR, MASTER_PORT, and TESSERA_LAUNCHER, TESSERA_STORE_HOSTED,
-// TESSERA_STORE_TOKEN (removed when the placement has none), TESSERA_GENERATION and, with
+// TESSERA_STORE_TOKEN (removed when the placement has none), TESSERA_ABORT_NOTICE (likewise),
+// TESSERA_GENERATION and, with
 // devices_per_rank K, TESSERA_HOST_DEVICES=K (K:discrete when the parent's value is discrete)
 // and the rank's K-wide slice of CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and
 // ZE_AFFINITY_MASK: a slice of the list already in `base` when set there, else of 0,1,2,...

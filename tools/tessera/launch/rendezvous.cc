@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -175,6 +176,8 @@ NodeWatch::NodeWatch(std::unique_ptr<coll::Store> store, int node_rank, int nnod
       last_beat_(static_cast<size_t>(nnodes)),
       beat_changed_(static_cast<size_t>(nnodes)),
       done_(static_cast<size_t>(nnodes), false) {
+  // Silence is counted from the start: a node that never beats is lost too.
+  std::fill(beat_changed_.begin(), beat_changed_.end(), std::chrono::steady_clock::now());
   thread_ = std::thread([this] { run(); });
 }
 
@@ -240,11 +243,28 @@ void NodeWatch::run() {
       return;
     }
     if (awaiting_ && check_nodes(std::chrono::steady_clock::now())) return;
+    // While the job runs, node 0 also tells a node gone silent (its host down, its link cut):
+    // the ranks waiting on it learn it from the notice instead of at their collective timeout.
+    if (!awaiting_ && node_rank_ == 0 && !abort_seen) {
+      bool all_done = false;
+      if (int node = silent_node(std::chrono::steady_clock::now(), &all_done); node >= 0) {
+        post({Kind::kNodeSilent, 1, silence_message(node)});
+        abort_seen = true;
+      }
+    }
   }
 }
 
-bool NodeWatch::check_nodes(SteadyTime now) {
-  bool all = true;
+std::string NodeWatch::silence_message(int node) {
+  auto host = store_->get(node_key(node, "host"), 0ms);
+  return "node rank " + std::to_string(node) + " (" + (host.ok() ? *host : "?") +
+         ") stopped answering for " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kNodeSilence).count()) +
+         " s";
+}
+
+int NodeWatch::silent_node(SteadyTime now, bool* all_done) {
+  *all_done = true;
   for (int node = 0; node < nnodes_; ++node) {
     const auto i = static_cast<size_t>(node);
     if (done_[i] || node == node_rank_) continue;
@@ -252,22 +272,24 @@ bool NodeWatch::check_nodes(SteadyTime now) {
       done_[i] = true;
       continue;
     }
-    all = false;
+    *all_done = false;
     auto beat = store_->get(node_key(node, "alive"), 0ms);
     const std::string seen = beat.ok() ? *beat : "";
     if (seen != last_beat_[i]) {
       last_beat_[i] = seen;
       beat_changed_[i] = now;
     } else if (now - beat_changed_[i] >= kNodeSilence) {
-      auto host = store_->get(node_key(node, "host"), 0ms);
-      post({Kind::kNodeLost, 1,
-            "node rank " + std::to_string(node) + " (" + (host.ok() ? *host : "?") +
-                ") stopped answering for " +
-                std::to_string(
-                    std::chrono::duration_cast<std::chrono::seconds>(kNodeSilence).count()) +
-                " s before it was done"});
-      return true;
+      return node;
     }
+  }
+  return -1;
+}
+
+bool NodeWatch::check_nodes(SteadyTime now) {
+  bool all = true;
+  if (int node = silent_node(now, &all); node >= 0) {
+    post({Kind::kNodeLost, 1, silence_message(node) + " before it was done"});
+    return true;
   }
   if (all) post({Kind::kNodesDone, 0, {}});
   return all;

@@ -52,10 +52,11 @@ void publish_done(coll::Store& store, int node_rank, int exit_code);
 class NodeWatch {
  public:
   enum class Kind {
-    kAbort,      // another node failed: exit_code is its code, message says why
-    kStoreLost,  // the store stopped answering (node 0's launcher is gone)
-    kNodesDone,  // node 0 only, after await_nodes(): every node is done
-    kNodeLost,   // node 0 only, after await_nodes(): a node stopped beating before it was done
+    kAbort,       // another node failed: exit_code is its code, message says why
+    kStoreLost,   // the store stopped answering (node 0's launcher is gone)
+    kNodesDone,   // node 0 only, after await_nodes(): every node is done
+    kNodeLost,    // node 0 only, after await_nodes(): a node stopped beating before it was done
+    kNodeSilent,  // node 0 only, while the job runs: a node stopped beating (host or link lost)
   };
   struct Event {
     Kind kind;
@@ -79,6 +80,10 @@ class NodeWatch {
             int pipe_write);
   void run();
   bool check_nodes(SteadyTime now);  // true once an event ended the wait
+  // Node 0: updates the others' done flags and heartbeats; the first node silent for
+  // kNodeSilence before it was done (-1: none), and in *all_done whether every node is done.
+  int silent_node(SteadyTime now, bool* all_done);
+  std::string silence_message(int node);
   void post(Event event);
 
   std::unique_ptr<coll::Store> store_;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "abort_notice.h"
 #include "rendezvous.h"
 #include "tessera/coll/bootstrap.h"
 #include "tessera/common/env.h"
@@ -31,6 +32,11 @@ namespace tessera::tools::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long the ranks have to read the abort notice (communicators check it every 10 ms while they
+// wait) and fail with its reason before a failure's SIGTERM reaches them. A rank whose transfers
+// to a cut-off host must be cancelled spends up to 2 s in UCX (two 1 s cancel waits) first.
+constexpr auto kNoticeGrace = std::chrono::milliseconds(3000);
 
 int g_signal_pipe = -1;  // write end; the handler only writes one byte to it
 
@@ -117,7 +123,9 @@ class Job {
   void restart_due(Clock::time_point now);
   void restart(int rank);
   void publish(std::string_view key, int value);
-  void stop(int signo);
+  // `notice` (a failure's reason) goes to the ranks first (abort_notice.h); empty: signal now.
+  void stop(int signo, const std::string& notice = {});
+  std::string failure_notice() const;
   void signal_groups(int signo);
   void forget_empty_groups();
   int running_count() const;
@@ -129,9 +137,11 @@ class Job {
   std::unique_ptr<coll::TcpStoreServer> store_;
   std::unique_ptr<coll::Store> self_store_;  // a client of the job's store, to publish restarts
   NodePlacement placement_;
-  std::unique_ptr<NodeWatch> watch_;  // several nodes: the other nodes' failures, node 0's wait
-  std::string failure_;               // why this node stops the job, for the other nodes
-  bool remote_stop_ = false;          // stopped for another node (nothing to publish)
+  std::unique_ptr<NodeWatch> watch_;   // several nodes: the other nodes' failures, node 0's wait
+  std::optional<AbortNotice> notice_;  // tells the ranks why the job fails (TESSERA_ABORT_NOTICE)
+  Clock::time_point term_at_ = Clock::time_point::max();  // a stop's signal, after the notice
+  std::string failure_;       // why this node stops the job, for the other nodes
+  bool remote_stop_ = false;  // stopped for another node (nothing to publish)
   bool done_published_ = false;
   bool nodes_awaited_ = false;
   bool nodes_done_ = false;
@@ -190,19 +200,36 @@ void Job::forget_empty_groups() {
   });
 }
 
-// Stops every rank: `signo` now, SIGKILL after the grace period. A restart still waiting out its
-// backoff is dropped.
-void Job::stop(int signo) {
+// Why this node fails the job, as the other nodes and the ranks are told.
+std::string Job::failure_notice() const {
+  const std::string why = failure_.empty() ? "stopped" : failure_;
+  return multi_node() ? "node rank " + std::to_string(placement_.node_rank) + ": " + why : why;
+}
+
+// Stops every rank: `signo` now, SIGKILL after the grace period. After a failure (`notice` not
+// empty) the ranks first get the notice and kNoticeGrace to fail with its reason (a rank
+// blocked on a peer on another host learns from it which rank died); then `signo`. A restart
+// still waiting out its backoff is dropped.
+void Job::stop(int signo, const std::string& notice) {
+  const auto now = Clock::now();
   if (!stopping_) {
     stopping_ = true;
-    kill_at_ = Clock::now() + o_.grace;
+    kill_at_ = now + o_.grace;
     if (multi_node() && !remote_stop_ && self_store_) {
-      const std::string who = "node rank " + std::to_string(placement_.node_rank);
-      publish_abort(*self_store_, exit_code_ != 0 ? exit_code_ : 1,
-                    who + ": " + (failure_.empty() ? "stopped" : failure_));
+      publish_abort(*self_store_, exit_code_ != 0 ? exit_code_ : 1, failure_notice());
     }
   }
   for (RankProc& r : ranks_) r.restart_at = Clock::time_point::max();
+  if (!notice.empty() && notice_ && !notice_->published() && running_count() > 0) {
+    if (Status told = notice_->publish(notice); told.ok()) {
+      term_at_ = now + kNoticeGrace;
+      kill_at_ = term_at_ + o_.grace;
+      return;
+    } else {
+      say(told.message());
+    }
+  }
+  term_at_ = Clock::time_point::max();
   signal_groups(signo);
 }
 
@@ -409,7 +436,7 @@ void Job::on_rank_exit(int rank, int status) {
       (others > 0
            ? "; stopping the other " + std::to_string(others) + " rank" + (others > 1 ? "s" : "")
            : ""));
-  stop(SIGTERM);
+  stop(SIGTERM, failure_notice());
 }
 
 // One node: the next generation. Several: each node's launcher restarts its own ranks, so the
@@ -445,7 +472,8 @@ void Job::restart(int rank) {
   if (spawned.ok()) return;
   say("rank " + std::to_string(global(rank)) + ": restart failed: " + spawned.message());
   exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
-  stop(SIGTERM);
+  failure_ = "rank " + std::to_string(global(rank)) + " could not be restarted";
+  stop(SIGTERM, failure_notice());
 }
 
 void Job::publish(std::string_view key, int value) {
@@ -488,6 +516,12 @@ std::optional<int> Job::prepare() {
   }
   generation_ = *gen;
   first_generation_ = *gen;
+  if (auto notice = AbortNotice::create(); notice.ok()) {
+    notice_.emplace(std::move(*notice));
+    placement_.abort_notice = notice_->path();
+  } else {
+    say(notice.status().message() + "; ranks will learn of failures elsewhere only by timeout");
+  }
   for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
   for (int r = 0; r < o_.nprocs; ++r) {  // bad device lists are found before anything starts
     auto env = rank_environment(o_, placement_, r, generation_, base_env_);
@@ -633,7 +667,8 @@ void Job::start_ranks() {
       say("rank " + std::to_string(global(r)) + ": " + spawned.message());
       // A command that exists but cannot be executed exits 127, like one that is not found.
       exit_code_ = spawned.code() == StatusCode::kFailedPrecondition ? 127 : 1;
-      stop(SIGTERM);
+      failure_ = "rank " + std::to_string(global(r)) + " could not be started";
+      stop(SIGTERM, failure_notice());
       return;
     }
   }
@@ -677,7 +712,15 @@ void Job::handle_node_events() {
             "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
         remote_stop_ = true;
         if (exit_code_ == 0) exit_code_ = e->exit_code != 0 ? e->exit_code : 1;
-        stop(SIGTERM);
+        stop(SIGTERM, e->kind == NodeWatch::Kind::kAbort ? e->message
+                                                         : "lost the job's store: " + e->message);
+        break;
+      case NodeWatch::Kind::kNodeSilent:
+        if (stopping_) break;
+        failure_ = e->message;
+        say(e->message + "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
+        if (exit_code_ == 0) exit_code_ = 1;
+        stop(SIGTERM, failure_notice());
         break;
       case NodeWatch::Kind::kNodeLost:
         say(e->message);
@@ -696,7 +739,12 @@ bool Job::enforce_deadlines(Clock::time_point now, Clock::time_point job_deadlin
     say("the job ran past --timeout-s " + std::to_string(o_.timeout_s) + "; stopping " +
         std::to_string(running_count()) + " rank(s)");
     exit_code_ = 124;
-    stop(SIGTERM);
+    failure_ = "the job ran past --timeout-s " + std::to_string(o_.timeout_s);
+    stop(SIGTERM, failure_notice());
+  }
+  if (now >= term_at_) {
+    term_at_ = Clock::time_point::max();
+    signal_groups(SIGTERM);
   }
   if (now >= kill_at_ && !killed_) {
     killed_ = true;
@@ -716,8 +764,8 @@ bool Job::enforce_deadlines(Clock::time_point now, Clock::time_point job_deadlin
 
 // Waits until the next deadline for the ranks' output or a signal, and handles what came.
 void Job::wait_for_events(Clock::time_point now, Clock::time_point job_deadline) {
-  auto next = std::min(
-      {job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_, next_restart()});
+  auto next = std::min({job_deadline, killed_ ? Clock::time_point::max() : kill_at_, drain_until_,
+                        next_restart(), term_at_});
   int timeout_ms = -1;
   if (next != Clock::time_point::max()) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();

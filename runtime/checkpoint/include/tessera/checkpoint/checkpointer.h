@@ -63,8 +63,10 @@ struct CheckpointOptions {
   bool fsync = true;   // false only for tests on throwaway directories
   // Shard files written O_DIRECT (no page-cache copy; buffered where the filesystem refuses it).
   bool direct_io = true;
-  bool peer_replica = false;          // keep the last snapshot in a buddy's memory (replica.cc)
-  int replica_stride = 1;             // buddy = (rank + stride) % size; use ranks per host
+  bool peer_replica = false;  // keep the last snapshot in a buddy's memory (replica.cc)
+  // buddy = (rank + stride) % size. 0: chosen from the ranks' hosts (one allgather at the first
+  // replica), so every buddy is on another host when the group spans hosts (src/buddy.h).
+  int replica_stride = 0;
   std::optional<hal::Device> device;  // for device tensors: pinned buffers and copies
   std::string layout;                 // the plan/layout saved under (free text or JSON), manifest
   std::map<std::string, std::string> metadata;  // training metadata, written to the manifest
