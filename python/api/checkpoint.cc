@@ -98,7 +98,7 @@ struct Options {
   bool fsync = true;
   bool direct_io = true;
   bool peer_replica = false;
-  int replica_stride = 1;
+  int replica_stride = 0;  // 0: a buddy on another host when the group spans hosts
   std::string layout;
   std::map<std::string, std::string> metadata;
 };

@@ -244,13 +244,15 @@ class Checkpointer:
     full_every: 1 makes every save full; K: a full save, then K-1 deltas (default 4).
     keep_last: committed steps kept. chunk_bytes: the unit of checksum, delta and resharding.
     peer_replica: keep the newest snapshot in a buddy rank's memory (needs comm; restore()).
+    replica_stride: buddy = (rank + stride) % size; 0 (default) picks the stride from the ranks'
+    hosts so that every buddy is on another host when the group spans hosts.
     skip_when_busy: a save while the previous one persists is skipped (default: it waits).
     fsync=False / direct_io=False: for tests on throwaway directories.
     """
 
     def __init__(self, dir, *, comm=None, full_every=4, keep_last=3, chunk_bytes=4 << 20,
                  zstd_level=-1, max_write_mbps=0.0, skip_when_busy=False, peer_replica=False,
-                 replica_stride=1, fsync=True, direct_io=True, metadata=None):
+                 replica_stride=0, fsync=True, direct_io=True, metadata=None):
         if peer_replica and comm is None:
             raise InvalidArgumentError("peer_replica needs a communicator (comm=): replicas live "
                                        "in another rank's memory")
