@@ -18,12 +18,14 @@ Result<void*> Arena::alloc(uint64_t count, DType dtype) {
 }
 
 GptModel::GptModel(const hal::Device& device, GptConfig config, GptKernels kernels,
-                   ParallelGroups groups, Params params, int64_t batch, int64_t seq, bool recompute)
+                   ParallelGroups groups, Params params, StageRange stage, int64_t batch,
+                   int64_t seq, bool recompute)
     : device_(&device),
       config_(std::move(config)),
       kernels_(std::move(kernels)),
       groups_(std::move(groups)),
       params_(std::move(params)),
+      stage_(stage),
       batch_(batch),
       seq_(seq),
       recompute_(recompute),
@@ -51,10 +53,13 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
                             " exceeds the learned positions " + std::to_string(config.positions));
   }
   TSR_ASSIGN_OR_RETURN(ParamLayout layout, make_layout(config, groups.tp_rank(), groups.tp_size()));
+  TSR_ASSIGN_OR_RETURN(StageRange stage,
+                       stage_range(config.layers, groups.pp_rank(), groups.pp_size()));
+  if (groups.pp_size() > 1) layout = stage_layout(layout, stage);
   TSR_ASSIGN_OR_RETURN(Params params, Params::create(device, std::move(layout), act));
   std::unique_ptr<GptModel> model(new GptModel(device, config, std::move(kernels),
-                                               std::move(groups), std::move(params), batch, seq,
-                                               recompute));
+                                               std::move(groups), std::move(params), stage, batch,
+                                               seq, recompute));
   TSR_RETURN_IF_ERROR(model->allocate());
   return model;
 }
@@ -73,10 +78,14 @@ Status GptModel::allocate() {
   } while (0)
   TSR_GPT_ALLOC(a_.tokens, T, I, int32_t*);
   TSR_GPT_ALLOC(a_.targets, T, I, int32_t*);
-  a_.resid.resize(size_t(config_.layers + 1));
-  for (void*& r : a_.resid) TSR_GPT_ALLOC(r, T * h, A, void*);
+  // The residual states and blocks of this stage's layers only (all of them without pp).
+  a_.resid.assign(size_t(config_.layers + 1), nullptr);
+  for (int l = stage_.first_layer; l <= stage_.end_layer; ++l)
+    TSR_GPT_ALLOC(a_.resid[size_t(l)], T * h, A, void*);
   a_.blocks.resize(recompute_ ? 1 : size_t(config_.layers));
-  for (BlockActivations& b : a_.blocks) {
+  for (size_t i = 0; i < a_.blocks.size(); ++i) {
+    BlockActivations& b = a_.blocks[i];
+    if (!recompute_ && (int(i) < stage_.first_layer || int(i) >= stage_.end_layer)) continue;
     TSR_GPT_ALLOC(b.y1, T * h, A, void*);
     TSR_GPT_ALLOC(b.mean1, T, F, float*);
     TSR_GPT_ALLOC(b.rstd1, T, F, float*);
@@ -171,9 +180,9 @@ Result<StepLoss> GptModel::forward(const hal::Stream& s, const Batch& batch) {
   }
   TSR_RETURN_IF_ERROR(s.copy(a_.tokens, batch.tokens.data(), batch.tokens.size() * 4));
   TSR_RETURN_IF_ERROR(s.copy(a_.targets, batch.targets.data(), batch.targets.size() * 4));
-  TSR_RETURN_IF_ERROR(embed_forward(s));
+  if (stage_.first) TSR_RETURN_IF_ERROR(embed_forward(s));
   StepLoss loss;
-  for (int l = 0; l < int(config_.layers); ++l) {
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
     TSR_RETURN_IF_ERROR(attention_forward(s, l));
     if (config_.moe()) {
       TSR_RETURN_IF_ERROR(moe_forward(s, l));
@@ -181,6 +190,10 @@ Result<StepLoss> GptModel::forward(const hal::Stream& s, const Batch& batch) {
     } else {
       TSR_RETURN_IF_ERROR(mlp_forward(s, l));
     }
+  }
+  if (!stage_.last) {
+    TSR_RETURN_IF_ERROR(s.synchronize());
+    return loss;
   }
   TSR_RETURN_IF_ERROR(head_forward(s));
   TSR_ASSIGN_OR_RETURN(std::vector<float> rows, download<float>(s, a_.loss, size_t(tokens())));
@@ -288,8 +301,8 @@ Status GptModel::head_forward(const hal::Stream& s) {
 // ---- backward -----------------------------------------------------------------------------
 
 Status GptModel::backward(const hal::Stream& s, float weight) {
-  TSR_RETURN_IF_ERROR(head_backward(s, weight));
-  for (int l = int(config_.layers) - 1; l >= 0; --l) {
+  if (stage_.last) TSR_RETURN_IF_ERROR(head_backward(s, weight));
+  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
     if (recompute_) {
       // The block's forward again from its kept input (resid[l]), into the shared activations;
       // it rewrites resid[l + 1] with the same values. The loss was taken in the forward.
@@ -303,7 +316,7 @@ Status GptModel::backward(const hal::Stream& s, float weight) {
     }
     TSR_RETURN_IF_ERROR(attention_backward(s, l));
   }
-  return embed_backward(s);
+  return stage_.first ? embed_backward(s) : Status();
 }
 
 Status GptModel::head_backward(const hal::Stream& s, float weight) {

@@ -26,6 +26,7 @@
 #include "kernels.h"
 #include "parallel.h"
 #include "params.h"
+#include "stage.h"
 
 namespace tessera::gpt {
 
@@ -41,18 +42,22 @@ class GptModel {
   // sequences of `seq` tokens. `act`: kF32 or kBF16. `recompute` (full recomputation): keep only
   // each block's input from the forward and rerun the block before its backward, so one block's
   // activations are allocated instead of `layers`; results are bitwise those without it.
-  // INVALID_ARGUMENT for a seq beyond the learned positions or a tp degree the config does not
-  // divide.
+  // Under pipeline parallelism (groups.pp) the model is this rank's stage (stage.h): its blocks,
+  // and the embedding / head where the stage has them. INVALID_ARGUMENT for a seq beyond the
+  // learned positions, a tp degree the config does not divide, or fewer layers than stages.
   static Result<std::unique_ptr<GptModel>> create(const hal::Device& device,
                                                   const GptConfig& config, GptKernels kernels,
                                                   ParallelGroups groups, DType act, int64_t batch,
                                                   int64_t seq, bool recompute = false);
 
   // Runs the forward and the loss on `batch` (batch * seq tokens, as created). Synchronises the
-  // stream (to read the loss and MoE routing back).
+  // stream (to read the loss and MoE routing back). A pipeline stage runs its blocks from
+  // stage_input() (the embedding on the first stage) to stage_output(), and the head and loss
+  // only on the last stage (xent 0 elsewhere; aux covers the stage's MoE layers).
   Result<StepLoss> forward(const hal::Stream& stream, const Batch& batch);
   // Accumulates into params().grad the gradient of weight * (xent + aux) of the last forward.
-  // Queued on `stream`; MoE layers synchronise it.
+  // Queued on `stream`; MoE layers synchronise it. A stage other than the last starts from the
+  // gradient of its output in residual_grad(); every stage leaves the gradient of its input there.
   Status backward(const hal::Stream& stream, float weight);
 
   Params& params() { return params_; }
@@ -63,13 +68,20 @@ class GptModel {
   int64_t tokens() const { return batch_ * seq_; }
   uint64_t activation_bytes() const { return arena_.bytes(); }
   bool recompute() const { return recompute_; }
+  // Pipeline stages (pipeline.h): the residual stream entering and leaving this stage's blocks
+  // and its gradient, act [tokens, hidden] each.
+  const StageRange& stage() const { return stage_; }
+  void* stage_input() const { return a_.resid[size_t(stage_.first_layer)]; }
+  const void* stage_output() const { return a_.resid[size_t(stage_.end_layer)]; }
+  void* residual_grad() const { return g_.dx; }
+  uint64_t residual_count() const { return uint64_t(tokens() * config_.hidden); }
   // A hash of the last forward's MoE routing (every layer's top-k experts per token); constant
   // for dense models. Finite differences are only valid where it does not change.
   uint64_t routing_signature() const;
 
  private:
   GptModel(const hal::Device& device, GptConfig config, GptKernels kernels, ParallelGroups groups,
-           Params params, int64_t batch, int64_t seq, bool recompute);
+           Params params, StageRange stage, int64_t batch, int64_t seq, bool recompute);
   Status allocate();
 
   // model.cc
@@ -107,6 +119,7 @@ class GptModel {
   GptKernels kernels_;
   ParallelGroups groups_;
   Params params_;
+  StageRange stage_;
   int64_t batch_, seq_;
   bool recompute_;
   // Local (tensor-parallel) widths.

@@ -2,7 +2,9 @@
 // per tensor on the device (sum_squares), read back and summed on the host in tensor order; the
 // tensor-parallel shards' part is summed over the tp group (replicated tensors count once).
 // Gradients must already be averaged over data parallelism (identical on every dp rank), so
-// every dp rank takes the same step. Not thread-safe.
+// every dp rank takes the same step. Under ZeRO (Params::sharded(), zero.h) each dp rank
+// updates only its shard of master, m, v and the working copy, and the norm is summed over dp.
+// Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +44,15 @@ class AdamW {
   Result<double> step(const hal::Stream& s, Params& params, const GptKernels& kernels,
                       const ParallelGroups& groups);
   int64_t steps() const { return steps_; }
+  uint64_t scratch_bytes() const { return sums_.size() + norm_.size(); }
 
  private:
+  Result<double> sharded_grad_norm(const hal::Stream& s, const Params& params,
+                                   const GptKernels& kernels, const ParallelGroups& groups) const;
+
   AdamWOptions options_;
   hal::DeviceBuffer sums_;  // f32 [tensors]: per-tensor sums of squares
-  hal::DeviceBuffer norm_;  // f64 [1]: the tp allreduce of the sharded part
+  hal::DeviceBuffer norm_;  // f64 [2]: dp/tp allreduces of the norm's parts
   int64_t steps_ = 0;
 };
 

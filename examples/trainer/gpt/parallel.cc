@@ -4,27 +4,38 @@
 
 namespace tessera::gpt {
 
-Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp,
-                                   int dp) {
+Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp, int dp,
+                                   int pp) {
   const int size = world ? world->size() : 1;
-  if (tp < 1 || dp < 1 || tp * dp != size) {
+  if (tp < 1 || dp < 1 || pp < 1 || tp * dp * pp != size) {
     return invalid_argument("GPT groups: tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
-                            " does not make the " + std::to_string(size) +
-                            " ranks of the world communicator");
+                            " x pp " + std::to_string(pp) + " does not make the " +
+                            std::to_string(size) + " ranks of the world communicator");
   }
   ParallelGroups groups;
   if (size == 1) return groups;
   const int rank = world->rank();
-  // Both splits are collective over the world: every rank makes them, in this order.
+  const int tp_index = rank % tp, pp_index = rank / (tp * dp);
+  // Every split is collective over the world: every rank makes them, in this order.
   if (tp > 1) {
     auto group = world->split(rank / tp, rank);
     if (!group.ok()) return group.status().with_context("tensor-parallel group");
     groups.tp = *group;
   }
   if (dp > 1) {
-    auto group = world->split(rank % tp, rank);
+    auto group = world->split(tp_index + tp * pp_index, rank);
     if (!group.ok()) return group.status().with_context("data-parallel group");
     groups.dp = *group;
+  }
+  if (pp > 1) {
+    auto group = world->split(rank % (tp * dp), rank);
+    if (!group.ok()) return group.status().with_context("pipeline group");
+    groups.pp = *group;
+    // The first and last stage of each pipeline; middle stages are in no embedding group.
+    const bool end_stage = pp_index == 0 || pp_index == pp - 1;
+    auto embed = world->split(end_stage ? rank % (tp * dp) : -1, rank);
+    if (!embed.ok()) return embed.status().with_context("embedding group");
+    groups.embed = *embed;
   }
   return groups;
 }

@@ -1,6 +1,7 @@
 // The rank groups one GPT rank belongs to: its tensor-parallel group (Megatron splits, see
-// params.h for which tensors split how) and its data-parallel group (gradient allreduce). A null
-// communicator means a group of one; then every collective below is a no-op.
+// params.h for which tensors split how), its data-parallel group (gradient allreduce) and its
+// pipeline group (the stages, pipeline.h). A null communicator means a group of one; then every
+// collective below is a no-op.
 //
 // Collectives are queued on the caller's stream (after its earlier work; later work waits), on
 // device memory, so nothing here touches a device pointer. Not thread-safe (one rank, one thread).
@@ -21,18 +22,25 @@ using hal::ReduceOp;
 struct ParallelGroups {
   std::shared_ptr<coll::Communicator> tp;  // null: tp = 1
   std::shared_ptr<coll::Communicator> dp;  // null: dp = 1
+  std::shared_ptr<coll::Communicator> pp;  // null: pp = 1; rank = pipeline stage
+  // The first and last stage of this pipeline (Megatron's embedding group: a tied embedding's
+  // two copies sum their gradients); null where pp = 1 or this rank is a middle stage.
+  std::shared_ptr<coll::Communicator> embed;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
   int dp_size() const { return dp ? dp->size() : 1; }
   int dp_rank() const { return dp ? dp->rank() : 0; }
+  int pp_size() const { return pp ? pp->size() : 1; }
+  int pp_rank() const { return pp ? pp->rank() : 0; }
 };
 
-// Splits `world` (tp * dp ranks) into this rank's tp and dp groups in the planner's rank order
-// (runtime/planner groups.h, examples/trainer/layout.h): tp innermost, so rank = tp_index + tp *
-// dp_index. Collective over `world`; INVALID_ARGUMENT when tp * dp is not its size.
+// Splits `world` (tp * dp * pp ranks) into this rank's groups in the planner's rank order
+// (runtime/planner groups.h, examples/trainer/layout.h): tp innermost, then dp, pp outermost, so
+// rank = tp_index + tp * (dp_index + dp * pp_index). Collective over `world`; INVALID_ARGUMENT
+// when tp * dp * pp is not its size.
 Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp,
-                                   int dp);
+                                   int dp, int pp = 1);
 
 // In-place allreduce of `count` elements on `comm` (nothing when comm is null or of size 1),
 // ordered on `stream`. `what` names the tensor in errors.

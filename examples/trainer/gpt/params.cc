@@ -167,6 +167,7 @@ Result<Params> Params::create(const hal::Device& device, ParamLayout layout, DTy
   p.layout_ = std::move(layout);
   p.act_ = act;
   const size_t n = std::max<size_t>(p.layout_.total, 1);
+  p.capacity_ = p.layout_.total;
   TSR_ASSIGN_OR_RETURN(p.master_, device.allocate(n * sizeof(float)));
   TSR_ASSIGN_OR_RETURN(p.work_, device.allocate(n * hal::dtype_size(act)));
   TSR_ASSIGN_OR_RETURN(p.grad_, device.allocate(n * sizeof(float)));
@@ -186,6 +187,42 @@ void* Params::work(int index) const {
   return static_cast<char*>(work_.data()) + layout_.at(index).offset * hal::dtype_size(act_);
 }
 
+Status Params::shard_state(const hal::Device& device, uint64_t shard_begin, uint64_t shard_size,
+                           uint64_t padded) {
+  if (shard_size == 0 || shard_begin + shard_size > padded || padded < layout_.total) {
+    return invalid_argument("Params::shard_state: shard [" + std::to_string(shard_begin) + ", +" +
+                            std::to_string(shard_size) + ") of " + std::to_string(padded) +
+                            " elements for " + std::to_string(layout_.total) + " parameters");
+  }
+  // Release before allocating, so the full-size buffers are not held twice.
+  master_ = {};
+  m_ = {};
+  v_ = {};
+  grad_ = {};
+  work_ = {};
+  TSR_ASSIGN_OR_RETURN(master_, device.allocate(shard_size * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(m_, device.allocate(shard_size * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(v_, device.allocate(shard_size * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(grad_, device.allocate(padded * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(work_, device.allocate(padded * hal::dtype_size(act_)));
+  shard_begin_ = shard_begin;
+  shard_size_ = shard_size;
+  capacity_ = padded;
+  return Status();
+}
+
+// Sharded: master = the shard's slice; work = cast(full values) staged through the (padded,
+// f32) gradient buffer, which zero_grads() then clears.
+Status Params::upload_sharded(const hal::Stream& stream, std::vector<float> flat) const {
+  flat.resize(capacity_, 0.0f);
+  TSR_RETURN_IF_ERROR(upload(stream, grad_.data(), flat));
+  TSR_RETURN_IF_ERROR(stream.cast(work_.data(), act_, grad_.data(), DType::kF32, capacity_));
+  TSR_RETURN_IF_ERROR(stream.copy(master_.data(), grad_base() + shard_begin_,
+                                  shard_size_ * sizeof(float)));
+  TSR_RETURN_IF_ERROR(zero_grads(stream));
+  return stream.synchronize();
+}
+
 Status Params::init(const hal::Stream& stream, uint64_t seed) {
   std::vector<float> flat(layout_.total);
   for (const ParamSpec& spec : layout_.specs) {
@@ -193,23 +230,30 @@ Status Params::init(const hal::Stream& stream, uint64_t seed) {
     const std::vector<float> local = shard_of(spec, full, layout_.tp_rank, layout_.tp_size);
     std::copy(local.begin(), local.end(), flat.begin() + std::ptrdiff_t(spec.offset));
   }
-  TSR_RETURN_IF_ERROR(upload(stream, master_.data(), flat));
-  const size_t bytes = layout_.total * sizeof(float);
+  const size_t bytes = (sharded() ? shard_size_ : layout_.total) * sizeof(float);
   TSR_RETURN_IF_ERROR(stream.memset(m_.data(), 0, bytes));
   TSR_RETURN_IF_ERROR(stream.memset(v_.data(), 0, bytes));
+  if (sharded()) return upload_sharded(stream, std::move(flat));
+  TSR_RETURN_IF_ERROR(upload(stream, master_.data(), flat));
   TSR_RETURN_IF_ERROR(zero_grads(stream));
   return refresh_work(stream);
 }
 
 Status Params::zero_grads(const hal::Stream& stream) const {
-  return stream.memset(grad_.data(), 0, layout_.total * sizeof(float));
+  return stream.memset(grad_.data(), 0, capacity_ * sizeof(float));
 }
 
 Status Params::refresh_work(const hal::Stream& stream) const {
+  if (sharded()) {
+    return failed_precondition("Params::refresh_work: master is sharded over dp (ZeRO)");
+  }
   return stream.cast(work_.data(), act_, master_.data(), DType::kF32, layout_.total);
 }
 
 Result<std::vector<float>> Params::download_master(const hal::Stream& stream) const {
+  if (sharded()) {
+    return failed_precondition("Params::download_master: master is sharded over dp (ZeRO)");
+  }
   return download<float>(stream, master_.data(), layout_.total);
 }
 Result<std::vector<float>> Params::download_grads(const hal::Stream& stream) const {
@@ -220,6 +264,7 @@ Status Params::upload_master(const hal::Stream& stream, const std::vector<float>
     return invalid_argument("Params::upload_master: " + std::to_string(values.size()) +
                             " values for " + std::to_string(layout_.total) + " parameters");
   }
+  if (sharded()) return upload_sharded(stream, values);
   TSR_RETURN_IF_ERROR(upload(stream, master_.data(), values));
   TSR_RETURN_IF_ERROR(refresh_work(stream));
   return stream.synchronize();

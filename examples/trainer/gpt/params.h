@@ -117,10 +117,32 @@ class Params {
   Result<std::vector<float>> download_grads(const hal::Stream& stream) const;
   Status upload_master(const hal::Stream& stream, const std::vector<float>& values) const;
 
+  // ZeRO (zero.h): keep master, m and v only for the flat elements [shard_begin, shard_begin +
+  // shard_size) and grow grad and work to `padded` (shard_size * dp) elements so that the dp
+  // reduce-scatter and allgather run in place. Reallocates the buffers: call before init().
+  // Afterwards master(), refresh_work() and download_master() refuse (the trainer gathers).
+  Status shard_state(const hal::Device& device, uint64_t shard_begin, uint64_t shard_size,
+                     uint64_t padded);
+  bool sharded() const { return shard_size_ > 0; }
+  uint64_t shard_begin() const { return shard_begin_; }
+  uint64_t shard_size() const { return shard_size_; }
+  // Device bytes held per role (the trainer's memory accounting).
+  struct Bytes {
+    uint64_t master = 0, work = 0, grad = 0, m = 0, v = 0;
+    uint64_t total() const { return master + work + grad + m + v; }
+  };
+  Bytes bytes() const {
+    return {master_.size(), work_.size(), grad_.size(), m_.size(), v_.size()};
+  }
+
  private:
   ParamLayout layout_;
   DType act_ = DType::kF32;
   hal::DeviceBuffer master_, work_, grad_, m_, v_;
+  Status upload_sharded(const hal::Stream& stream, std::vector<float> flat) const;
+
+  uint64_t shard_begin_ = 0, shard_size_ = 0;  // shard_size_ 0: not sharded
+  uint64_t capacity_ = 0;                      // elements of grad and work (>= layout total)
 };
 
 // Synchronous host <-> device copies of a vector (through the stream, the CPU never touches the

@@ -26,7 +26,8 @@ struct CliOptions {
   std::string backend = "host";
   int steps = 20;
   int tp = 1;
-  int dp = 0;                // 0: world / tp
+  int dp = 0;                // 0: world / (tp * pp)
+  int pp = 1;                // pipeline stages (1F1B, pipeline.h)
   int64_t decay_steps = -1;  // -1: steps
   std::string act = "bf16";
   std::string grad_comm = "f32";
@@ -56,8 +57,8 @@ Status run(CliOptions o) {
   if (info.size > 1) {
     TSR_ASSIGN_OR_RETURN(world, coll::Communicator::create(bootstrap, device));
   }
-  const int dp = o.dp > 0 ? o.dp : info.size / std::max(o.tp, 1);
-  TSR_ASSIGN_OR_RETURN(ParallelGroups groups, make_groups(world, o.tp, dp));
+  const int dp = o.dp > 0 ? o.dp : info.size / std::max(o.tp * o.pp, 1);
+  TSR_ASSIGN_OR_RETURN(ParallelGroups groups, make_groups(world, o.tp, dp, o.pp));
   TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(device, config, kernels, groups, o.train));
   TSR_RETURN_IF_ERROR(trainer->init(stream));
   const bool print = info.rank == 0;
@@ -74,6 +75,16 @@ Status run(CliOptions o) {
         o.act.c_str(), o.train.recompute ? ", full recomputation" : "",
         trainer->corpus().entropy_floor(), double(param_bytes) / 1e6,
         double(model.activation_bytes()) / 1e6);
+  }
+  if (print) {
+    const GptTrainer::Memory m = trainer->memory();
+    std::printf(
+        "rank 0 device bytes (zero=%d): master %llu, work %llu, grad %llu, m %llu, v %llu, "
+        "activations %llu, other %llu; total %llu\n",
+        o.train.zero, (unsigned long long)m.params.master, (unsigned long long)m.params.work,
+        (unsigned long long)m.params.grad, (unsigned long long)m.params.m,
+        (unsigned long long)m.params.v, (unsigned long long)m.activations,
+        (unsigned long long)(m.optimizer + m.trainer), (unsigned long long)m.total());
   }
   const double tokens_per_step =
       double(o.train.micro_batch * o.train.seq * o.train.micro_batches * dp);
@@ -101,13 +112,17 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config, "Hugging Face config.json")->required();
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--tp", o.tp, "tensor-parallel degree");
-  app.add_option("--dp", o.dp, "data-parallel degree (default: world / tp)");
+  app.add_option("--dp", o.dp, "data-parallel degree (default: world / (tp * pp))");
+  app.add_option("--pp", o.pp, "pipeline stages, 1F1B (dense untied models; needs --clip-norm 0)");
+  app.add_option("--clip-norm", o.train.adamw.clip_norm, "gradient clipping norm (<= 0: none)");
   app.add_option("--micro-batch", o.train.micro_batch, "sequences per micro-batch per rank");
   app.add_option("--seq", o.train.seq, "tokens per sequence");
   app.add_option("--micro-batches", o.train.micro_batches, "micro-batches per step");
   app.add_option("--act", o.act, "activation dtype: bf16 or f32");
   app.add_option("--grad-comm", o.grad_comm, "dp gradient allreduce dtype: f32 or bf16");
   app.add_flag("--recompute", o.train.recompute, "full activation recomputation");
+  app.add_option("--zero", o.train.zero,
+                 "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradient reduce-scatter)");
   app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");
   app.add_option("--warmup", o.train.adamw.warmup_steps, "linear learning-rate warmup steps");
   app.add_option("--decay-steps", o.decay_steps,

@@ -15,6 +15,8 @@
 #include "data.h"
 #include "model.h"
 #include "optimizer.h"
+#include "pipeline.h"
+#include "zero.h"
 
 namespace tessera::gpt {
 
@@ -29,6 +31,9 @@ struct TrainOptions {
   // The data-parallel gradient allreduce's wire type: kF32, or kBF16 (half the bytes; the f32
   // gradients are rounded to bf16 before the sum and the sum is widened back).
   DType grad_comm = DType::kF32;
+  // ZeRO stage over dp (zero.h): 0 none, 1 optimizer state (master, m, v) sharded, 2 also the
+  // gradient reduce-scattered; 3 is refused. f32 gradient communication only.
+  int zero = 0;
   AdamWOptions adamw;
 };
 
@@ -53,6 +58,20 @@ class GptTrainer {
   GptModel& model() { return *model_; }
   const MarkovCorpus& corpus() const { return corpus_; }
   const TrainOptions& options() const { return options_; }
+  const ZeroPlan& zero() const { return zero_; }
+  // The whole master weights (gathered over dp under ZeRO). Synchronous.
+  Result<std::vector<float>> download_master(const hal::Stream& stream) const;
+
+  // This rank's device bytes as the trainer allocated them (every device allocation it and its
+  // model hold; nothing is allocated per step except gather_master's temporary).
+  struct Memory {
+    Params::Bytes params;       // master, work, grad, m, v
+    uint64_t optimizer = 0;     // AdamW's norm scratch
+    uint64_t activations = 0;   // GptModel's arena
+    uint64_t trainer = 0;       // loss scalars, bf16 wire
+    uint64_t total() const { return params.total() + optimizer + activations + trainer; }
+  };
+  Memory memory() const;
 
  private:
   GptTrainer(std::unique_ptr<GptModel> model, AdamW adamw, TrainOptions options,
@@ -66,6 +85,9 @@ class GptTrainer {
   MarkovCorpus corpus_;
   hal::DeviceBuffer scalars_;  // f64 [2]: losses averaged over dp
   hal::DeviceBuffer wire_;     // bf16 gradients for the dp allreduce (grad_comm kBF16 only)
+  ZeroPlan zero_;
+  std::unique_ptr<Pipeline> pipeline_;  // pp > 1: the 1F1B schedule (pipeline.h)
+  const hal::Device* device_ = nullptr;  // for gather_master's temporary
   int64_t step_ = 0;
 };
 

@@ -1,0 +1,159 @@
+// Pipeline parallelism (1F1B, examples/trainer/gpt/pipeline.h) against a 1-rank run: every rank
+// (a forked process with its own discrete host device) trains a few steps as its stage of a
+// (tp, dp, pp) grid and then, alone, the 1-rank reference with the same global batch; the
+// losses of each step and the stage's parameters must match within the f32 tolerances of
+// model_test_parallel.cc. A pipeline run repeats itself bitwise.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "model_test_support.h"
+#include "support/multiprocess.h"
+
+namespace tessera::gpt::testing {
+namespace {
+
+using coll::testing::run_ranks;
+
+// As in model_test_parallel.cc: f32 activations, the runs differ only in summation order (the
+// stage boundary changes none; tp and dp add theirs).
+constexpr double kLossTol = 2e-5;      // relative, per step
+constexpr double kParamTol = 1e-4;     // absolute, per parameter
+constexpr double kParamRmsTol = 2e-6;  // over all parameters
+constexpr int kSteps = 3;
+
+struct Grid {
+  const char* config;
+  int tp = 1, dp = 1, pp = 2;
+  int64_t micro_batches = 4;  // per step, per dp rank
+};
+
+struct RunOut {
+  std::vector<double> losses;
+  std::vector<float> master;
+};
+
+// `micro_batches` of 2 sequences of 16 tokens per step; no clipping (pipeline stages do not sum
+// the gradient norm yet, so the trainer refuses it under pp).
+Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
+                         int64_t micro_batches) {
+  TrainOptions options;
+  options.micro_batch = 2;
+  options.seq = 16;
+  options.micro_batches = micro_batches;
+  options.act = DType::kF32;
+  options.adamw.lr = 3e-3f;
+  options.adamw.clip_norm = 0;
+  TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env.device, config, *env.kernels,
+                                                        std::move(groups), options));
+  TSR_RETURN_IF_ERROR(trainer->init(*env.stream));
+  RunOut out;
+  for (int s = 0; s < kSteps; ++s) {
+    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(*env.stream));
+    out.losses.push_back(r.loss);
+  }
+  TSR_ASSIGN_OR_RETURN(out.master, trainer->model().params().download_master(*env.stream));
+  return out;
+}
+
+int grid_body(int rank, int size, Grid grid) {
+  auto env = open_device();
+  CHILD_CHECK(env.has_value(), "no device");
+  auto config = load_config(config_path(grid.config));
+  CHILD_OK(config.status());
+  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
+  CHILD_CHECK(world != nullptr, "no communicator");
+  auto groups_or = make_groups(world, grid.tp, grid.dp, grid.pp);
+  CHILD_OK(groups_or.status());
+  const ParallelGroups groups = *groups_or;
+  const int tp_rank = groups.tp_rank(), stage = groups.pp_rank();
+  auto parallel = run_steps(*env, *config, groups, grid.micro_batches);
+  CHILD_OK(parallel.status());
+  auto again = run_steps(*env, *config, groups, grid.micro_batches);
+  CHILD_OK(again.status());
+  CHILD_CHECK(again->losses == parallel->losses, "rank %d: a repeated run's losses differ", rank);
+  CHILD_CHECK(again->master == parallel->master, "rank %d: a repeated run's weights differ", rank);
+  auto reference = run_steps(*env, *config, {}, grid.micro_batches * grid.dp);
+  CHILD_OK(reference.status());
+
+  for (int s = 0; s < kSteps; ++s) {
+    const double a = parallel->losses[size_t(s)], b = reference->losses[size_t(s)];
+    if (rank == 0) std::fprintf(stderr, "step %d loss %.7f (1 rank %.7f)\n", s + 1, a, b);
+    CHILD_CHECK(std::abs(a - b) <= kLossTol * std::abs(b), "rank %d step %d loss %.9g, 1 rank %.9g",
+                rank, s + 1, a, b);
+  }
+  // The stage's tensors, found by name in the 1-rank layout.
+  auto range = stage_range(config->layers, stage, grid.pp);
+  CHILD_OK(range.status());
+  auto local_full = make_layout(*config, tp_rank, grid.tp);
+  auto full = make_layout(*config, 0, 1);
+  CHILD_OK(local_full.status());
+  CHILD_OK(full.status());
+  const ParamLayout local = stage_layout(*local_full, *range);
+  std::map<std::string, const ParamSpec*> by_name;
+  for (const ParamSpec& spec : full->specs) by_name[spec.name] = &spec;
+  CHILD_CHECK(local.total == parallel->master.size(), "stage %d holds %zu weights, layout %llu",
+              stage, parallel->master.size(), (unsigned long long)local.total);
+  double worst = 0, sum_sq = 0;
+  for (const ParamSpec& spec : local.specs) {
+    const ParamSpec& whole = *by_name.at(spec.name);
+    const std::span<const float> ref(reference->master.data() + whole.offset, whole.local_count());
+    const std::vector<float> want = shard_of(spec, ref, tp_rank, grid.tp);
+    for (size_t j = 0; j < want.size(); ++j) {
+      const double diff = std::abs(double(parallel->master[spec.offset + j]) - double(want[j]));
+      worst = std::max(worst, diff);
+      sum_sq += diff * diff;
+      CHILD_CHECK(diff <= kParamTol, "%s[%zu] = %.9g, 1 rank %.9g", spec.name.c_str(), j,
+                  double(parallel->master[spec.offset + j]), double(want[j]));
+    }
+  }
+  const double rms = std::sqrt(sum_sq / double(std::max<size_t>(parallel->master.size(), 1)));
+  std::fprintf(stderr,
+               "rank %d (stage %d of %d, blocks %d..%d, tp %d of %d): %zu parameters within %.3g "
+               "of the 1-rank run (rms %.3g)\n",
+               rank, stage, grid.pp, range->first_layer, range->end_layer - 1, tp_rank, grid.tp,
+               parallel->master.size(), worst, rms);
+  CHILD_CHECK(rms <= kParamRmsTol, "parameter differences: rms %.3g", rms);
+  CHILD_OK(world->barrier());
+  return 0;
+}
+
+void expect_pipeline_matches_one_rank(Grid grid) {
+  const int n = grid.tp * grid.dp * grid.pp;
+  coll::testing::MultiprocessOptions options;
+  options.deadline = std::chrono::milliseconds(240000);
+  const auto results = run_ranks(
+      n, [grid](int rank, int size) { return grid_body(rank, size, grid); }, options);
+  ASSERT_EQ(results.size(), size_t(n));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
+  }
+}
+
+TEST(GptPipeline, StageRangesSplitLikeThePlanner) {
+  auto r = stage_range(5, 0, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->first_layer, 0);
+  EXPECT_EQ(r->end_layer, 3);  // earlier stages larger
+  r = stage_range(5, 1, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->first_layer, 3);
+  EXPECT_EQ(r->end_layer, 5);
+  EXPECT_TRUE(r->last);
+  EXPECT_FALSE(r->first);
+  EXPECT_FALSE(stage_range(1, 0, 2).ok());
+}
+
+// 4 micro-batches over 2 stages: one warm-up forward on stage 0, steady 1F1B, one cool-down.
+TEST(GptPipeline, TwoStagesMatchOneRankDense) {
+  expect_pipeline_matches_one_rank({"tiny-llama.json", 1, 1, 2, 4});
+}
+// 4 ranks: the pipeline inside a tp or dp grid (ranks tp-innermost, pp outermost).
+TEST(GptPipeline, TwoStagesByTensorParallelTwoMatchOneRankDense) {
+  expect_pipeline_matches_one_rank({"tiny-llama.json", 2, 1, 2, 3});
+}
+TEST(GptPipeline, TwoStagesByDataParallelTwoMatchOneRankDense) {
+  expect_pipeline_matches_one_rank({"tiny-llama.json", 1, 2, 2, 3});
+}
+}  // namespace
+}  // namespace tessera::gpt::testing
