@@ -1,29 +1,15 @@
 #include "linear.h"
 
+#include "tessera/hal/gemm_desc.h"
+
 namespace tessera::gpt {
 namespace {
 
 tsr_gemm_desc desc(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
                    const void* b, int64_t ldb, void* c, int64_t ldc, double beta, DType ab,
                    DType cd) {
-  tsr_gemm_desc d{};
-  d.struct_size = sizeof d;
-  d.trans_a = ta ? 1 : 0;
-  d.trans_b = tb ? 1 : 0;
-  d.m = m;
-  d.n = n;
-  d.k = k;
-  d.alpha = 1.0;
-  d.beta = beta;
-  d.a = a;
-  d.lda = lda;
-  d.b = b;
-  d.ldb = ldb;
-  d.c = c;
-  d.ldc = ldc;
-  d.dtype_ab = hal::to_abi(ab);
-  d.dtype_c = hal::to_abi(cd);
-  return d;
+  return hal::gemm_desc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta, hal::to_abi(ab),
+                        hal::to_abi(cd));
 }
 
 }  // namespace
