@@ -30,16 +30,22 @@ done
 scripts/setup.sh
 mkdir -p build-logs
 
-# start_background <name> <command...>: runs the command at nice 19 in the background, in its own
-# session (so stop_background can end the whole build), its output in build-logs/<name>.log.
+# start_background <name> <command...>: runs the command at nice 19 in the background, its output in
+# build-logs/<name>.log. Job control (set -m) gives it its own process group, so stop_background
+# can end the whole build; not its own session (setsid): with the kernel's autogroup scheduling
+# (sched_autogroup_enabled, on in Debian) every session is a group that gets an equal share of
+# the CPU whatever its nice value, so a build in a new session would take half the CPU from the
+# tests instead of the idle time only.
 background_pid=""
 background_name=""
 start_background() {
   background_name="$1"
   shift
   echo "==> test.sh: building '$background_name' in the background (build-logs/$background_name.log)"
-  setsid nice -n 19 "$@" > "build-logs/$background_name.log" 2>&1 &
+  set -m
+  nice -n 19 "$@" > "build-logs/$background_name.log" 2>&1 &
   background_pid=$!
+  set +m
 }
 finish_background() {
   [ -n "$background_pid" ] || return 0
