@@ -21,6 +21,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 tessera=$build/bin/tessera
 hosts_sh=$root/scripts/netns-hosts.sh
+# shellcheck source=across_hosts_bed.sh
+. "$root/bench/across_hosts_bed.sh"
 runs=${RUNS:-3}
 rate=${RATE:-1gbit}
 min_bytes=${MIN_BYTES:-1M}
@@ -35,24 +37,9 @@ limit=${LIMIT_S:-600}
   echo "coll_across_hosts.sh: $tessera not found; build it (cmake --build $build --target tessera)" >&2
   exit 1
 }
-case "$rate" in
-  *gbit) gbps=${rate%gbit} ;;
-  *mbit) gbps=$(awk "BEGIN{print ${rate%mbit}/1000}") ;;
-  *kbit) gbps=$(awk "BEGIN{print ${rate%kbit}/1e6}") ;;
-  *) echo "coll_across_hosts.sh: RATE '$rate' must end in gbit, mbit or kbit" >&2; exit 2 ;;
-esac
+gbps=$(link_gbps coll_across_hosts.sh "$rate") || exit 2
 
-bash "$hosts_sh" check >/dev/null || { bash "$hosts_sh" check; exit 77; }
-name="collb-$$"
-work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-coll-hosts-XXXXXX")
-cleanup() {
-  bash "$hosts_sh" down "$name"
-  if [ -n "${KEEP_LOGS:-}" ]; then echo "logs: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-bash "$hosts_sh" up "$name" --hosts 2 --rate "$rate" || exit 1
-export TESSERA_STORE_TOKEN="collb-$$-$RANDOM$RANDOM"
+bed_up collb
 
 # run_once ALGO OUT: one bench job with allreduce forced to ALGO; rank 0's JSON to OUT.
 run_once() {

@@ -22,6 +22,8 @@ build=${1:-$root/build}
 tessera=$build/bin/tessera
 bench=$build/bin/overlap_bench
 hosts_sh=$root/scripts/netns-hosts.sh
+# shellcheck source=across_hosts_bed.sh
+. "$root/bench/across_hosts_bed.sh"
 runs=${RUNS:-3}
 rate=${RATE:-1gbit}
 ratios=${RATIOS:-1.0,2.0}
@@ -39,24 +41,9 @@ for exe in "$tessera" "$bench"; do
   }
 done
 # The link rate in Gbit/s, for the wire-rate column.
-case "$rate" in
-  *gbit) gbps=${rate%gbit} ;;
-  *mbit) gbps=$(awk "BEGIN{print ${rate%mbit}/1000}") ;;
-  *kbit) gbps=$(awk "BEGIN{print ${rate%kbit}/1e6}") ;;
-  *) echo "overlap_across_hosts.sh: RATE '$rate' must end in gbit, mbit or kbit" >&2; exit 2 ;;
-esac
+gbps=$(link_gbps overlap_across_hosts.sh "$rate") || exit 2
 
-bash "$hosts_sh" check >/dev/null || { bash "$hosts_sh" check; exit 77; }
-name="ovlb-$$"
-work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-overlap-hosts-XXXXXX")
-cleanup() {
-  bash "$hosts_sh" down "$name"
-  if [ -n "${KEEP_LOGS:-}" ]; then echo "logs: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-bash "$hosts_sh" up "$name" --hosts 2 --rate "$rate" || exit 1
-export TESSERA_STORE_TOKEN="ovlb-$$-$RANDOM$RANDOM"
+bed_up ovlb
 
 # run_once OUT: one overlap_bench job, a launcher per host; node 0's output (rank 0) to OUT.
 run_once() {

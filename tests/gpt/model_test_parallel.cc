@@ -18,8 +18,8 @@ using coll::testing::run_ranks;
 // AdamW normalises each update by the gradient's running RMS, so parameters whose gradients are
 // nearly zero move by up to lr whatever their rounding: the parameter tolerance is 3% of one
 // step's lr (3e-3); a wrong gradient moves parameters by O(lr) per step.
-constexpr double kLossTol = 2e-5;   // relative, per step
-constexpr double kParamTol = 1e-4;  // absolute, per parameter (weights are O(0.02 .. 1))
+constexpr double kLossTol = 2e-5;      // relative, per step
+constexpr double kParamTol = 1e-4;     // absolute, per parameter (weights are O(0.02 .. 1))
 constexpr double kParamRmsTol = 2e-6;  // over all parameters (2e-7 seen)
 constexpr int kSteps = 4;
 
@@ -29,35 +29,16 @@ struct Grid {
   int dp;
   DType grad_comm = DType::kF32;
   double loss_tol = kLossTol;
-  double param_tol = kParamTol;      // max |difference|
+  double param_tol = kParamTol;         // max |difference|
   double param_rms_tol = kParamRmsTol;  // root mean square of the differences
 };
 
-struct RunOut {
-  std::vector<double> losses;
-  std::vector<float> master;
-};
-
 // `micro_batches` per step of 2 sequences of 16 tokens each.
-Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
-                         int64_t micro_batches, DType grad_comm = DType::kF32) {
-  TrainOptions options;
-  options.micro_batch = 2;
-  options.seq = 16;
-  options.micro_batches = micro_batches;
+Result<RunOut> run_grid_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
+                              int64_t micro_batches, DType grad_comm = DType::kF32) {
+  TrainOptions options = parallel_test_options(micro_batches);
   options.grad_comm = grad_comm;
-  options.act = DType::kF32;
-  options.adamw.lr = 3e-3f;
-  TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env.device, config, *env.kernels,
-                                                        std::move(groups), options));
-  TSR_RETURN_IF_ERROR(trainer->init(*env.stream));
-  RunOut out;
-  for (int s = 0; s < kSteps; ++s) {
-    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(*env.stream));
-    out.losses.push_back(r.loss);
-  }
-  TSR_ASSIGN_OR_RETURN(out.master, trainer->model().params().download_master(*env.stream));
-  return out;
+  return run_steps(env, config, std::move(groups), options, kSteps);
 }
 
 int grid_body(int rank, int size, Grid grid) {
@@ -73,9 +54,9 @@ int grid_body(int rank, int size, Grid grid) {
   const int tp_rank = groups.tp_rank();
   // The 1-rank run accumulates dp times as many micro-batches of the same size: the same samples
   // (trainer.h), and the same MoE load-balancing loss (a per-micro-batch quantity).
-  auto parallel = run_steps(*env, *config, groups, 2, grid.grad_comm);
+  auto parallel = run_grid_steps(*env, *config, groups, 2, grid.grad_comm);
   CHILD_OK(parallel.status());
-  auto reference = run_steps(*env, *config, {}, 2 * grid.dp);
+  auto reference = run_grid_steps(*env, *config, {}, 2 * grid.dp);
   CHILD_OK(reference.status());
 
   for (int s = 0; s < kSteps; ++s) {

@@ -61,6 +61,43 @@ inline std::optional<DeviceEnv> open_device() {
   return env;
 }
 
+// The options the multi-rank tests share: `micro_batches` per step of 2 sequences of 16 tokens,
+// f32 activations (tight comparisons with a 1-rank run), lr 3e-3.
+inline TrainOptions parallel_test_options(int64_t micro_batches) {
+  TrainOptions options;
+  options.micro_batch = 2;
+  options.seq = 16;
+  options.micro_batches = micro_batches;
+  options.act = DType::kF32;
+  options.adamw.lr = 3e-3f;
+  return options;
+}
+
+// What `steps` training steps leave on this rank: the losses, the f32 master weights (gathered
+// under ZeRO), the trainer's memory accounting and its ZeRO plan.
+struct RunOut {
+  std::vector<double> losses;
+  std::vector<float> master;
+  GptTrainer::Memory memory;
+  ZeroPlan zero;
+};
+
+inline Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config,
+                                ParallelGroups groups, const TrainOptions& options, int steps) {
+  TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env.device, config, *env.kernels,
+                                                        std::move(groups), options));
+  TSR_RETURN_IF_ERROR(trainer->init(*env.stream));
+  RunOut out;
+  for (int s = 0; s < steps; ++s) {
+    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(*env.stream));
+    out.losses.push_back(r.loss);
+  }
+  TSR_ASSIGN_OR_RETURN(out.master, trainer->download_master(*env.stream));
+  out.memory = trainer->memory();
+  out.zero = trainer->zero();
+  return out;
+}
+
 inline std::string config_path(const char* file) {
   return std::string(TESSERA_GPT_CONFIG_DIR) + "/" + file;
 }

@@ -28,32 +28,13 @@ struct Grid {
   int64_t micro_batches = 4;  // per step, per dp rank
 };
 
-struct RunOut {
-  std::vector<double> losses;
-  std::vector<float> master;
-};
-
 // `micro_batches` of 2 sequences of 16 tokens per step; no clipping (pipeline stages do not sum
 // the gradient norm yet, so the trainer refuses it under pp).
-Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
-                         int64_t micro_batches) {
-  TrainOptions options;
-  options.micro_batch = 2;
-  options.seq = 16;
-  options.micro_batches = micro_batches;
-  options.act = DType::kF32;
-  options.adamw.lr = 3e-3f;
+Result<RunOut> run_stage_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
+                               int64_t micro_batches) {
+  TrainOptions options = parallel_test_options(micro_batches);
   options.adamw.clip_norm = 0;
-  TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env.device, config, *env.kernels,
-                                                        std::move(groups), options));
-  TSR_RETURN_IF_ERROR(trainer->init(*env.stream));
-  RunOut out;
-  for (int s = 0; s < kSteps; ++s) {
-    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(*env.stream));
-    out.losses.push_back(r.loss);
-  }
-  TSR_ASSIGN_OR_RETURN(out.master, trainer->model().params().download_master(*env.stream));
-  return out;
+  return run_steps(env, config, std::move(groups), options, kSteps);
 }
 
 int grid_body(int rank, int size, Grid grid) {
@@ -67,13 +48,13 @@ int grid_body(int rank, int size, Grid grid) {
   CHILD_OK(groups_or.status());
   const ParallelGroups groups = *groups_or;
   const int tp_rank = groups.tp_rank(), stage = groups.pp_rank();
-  auto parallel = run_steps(*env, *config, groups, grid.micro_batches);
+  auto parallel = run_stage_steps(*env, *config, groups, grid.micro_batches);
   CHILD_OK(parallel.status());
-  auto again = run_steps(*env, *config, groups, grid.micro_batches);
+  auto again = run_stage_steps(*env, *config, groups, grid.micro_batches);
   CHILD_OK(again.status());
   CHILD_CHECK(again->losses == parallel->losses, "rank %d: a repeated run's losses differ", rank);
   CHILD_CHECK(again->master == parallel->master, "rank %d: a repeated run's weights differ", rank);
-  auto reference = run_steps(*env, *config, {}, grid.micro_batches * grid.dp);
+  auto reference = run_stage_steps(*env, *config, {}, grid.micro_batches * grid.dp);
   CHILD_OK(reference.status());
 
   for (int s = 0; s < kSteps; ++s) {

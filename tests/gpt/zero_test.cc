@@ -22,39 +22,11 @@ constexpr double kParamTol = 1e-4;     // absolute, per parameter
 constexpr double kParamRmsTol = 2e-6;  // over all parameters
 constexpr int kSteps = 4;
 
-struct RunOut {
-  std::vector<double> losses;
-  std::vector<float> master;
-  GptTrainer::Memory memory;
-  ZeroPlan zero;
-};
-
-TrainOptions options_for(int zero, int64_t micro_batches) {
-  TrainOptions options;
-  options.micro_batch = 2;
-  options.seq = 16;
-  options.micro_batches = micro_batches;
-  options.act = DType::kF32;
-  options.adamw.lr = 3e-3f;
+Result<RunOut> run_zero_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
+                              int64_t micro_batches, int zero) {
+  TrainOptions options = parallel_test_options(micro_batches);
   options.zero = zero;
-  return options;
-}
-
-Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
-                         int64_t micro_batches, int zero) {
-  TSR_ASSIGN_OR_RETURN(auto trainer,
-                       GptTrainer::create(*env.device, config, *env.kernels, std::move(groups),
-                                          options_for(zero, micro_batches)));
-  TSR_RETURN_IF_ERROR(trainer->init(*env.stream));
-  RunOut out;
-  for (int s = 0; s < kSteps; ++s) {
-    TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(*env.stream));
-    out.losses.push_back(r.loss);
-  }
-  TSR_ASSIGN_OR_RETURN(out.master, trainer->download_master(*env.stream));
-  out.memory = trainer->memory();
-  out.zero = trainer->zero();
-  return out;
+  return run_steps(env, config, std::move(groups), options, kSteps);
 }
 
 int zero_body(int rank, int size, const char* file, int zero) {
@@ -66,11 +38,11 @@ int zero_body(int rank, int size, const char* file, int zero) {
   CHILD_CHECK(world != nullptr, "no communicator");
   auto groups = make_groups(world, 1, size);
   CHILD_OK(groups.status());
-  auto sharded = run_steps(*env, *config, *groups, 2, zero);
+  auto sharded = run_zero_steps(*env, *config, *groups, 2, zero);
   CHILD_OK(sharded.status());
-  auto again = run_steps(*env, *config, *groups, 2, zero);
+  auto again = run_zero_steps(*env, *config, *groups, 2, zero);
   CHILD_OK(again.status());
-  auto reference = run_steps(*env, *config, {}, 2 * size, 0);
+  auto reference = run_zero_steps(*env, *config, {}, 2 * size, 0);
   CHILD_OK(reference.status());
 
   // Repeats itself bitwise.
@@ -153,11 +125,14 @@ TEST(GptZero, RefusesWhatItCannotShard) {
   auto env = open_device();
   ASSERT_TRUE(env.has_value());
   const GptConfig config = tiny_config(Tiny::kLlama);
-  auto three = GptTrainer::create(*env->device, config, *env->kernels, {}, options_for(3, 1));
+  TrainOptions zero3 = parallel_test_options(1);
+  zero3.zero = 3;
+  auto three = GptTrainer::create(*env->device, config, *env->kernels, {}, zero3);
   ASSERT_FALSE(three.ok());
   EXPECT_NE(three.status().to_string().find("zero=3"), std::string::npos)
       << three.status().to_string();
-  TrainOptions bf16 = options_for(1, 1);
+  TrainOptions bf16 = parallel_test_options(1);
+  bf16.zero = 1;
   bf16.grad_comm = DType::kBF16;
   auto wire = GptTrainer::create(*env->device, config, *env->kernels, {}, bf16);
   ASSERT_FALSE(wire.ok());

@@ -56,8 +56,8 @@ class GptKernels {
   Status bias_add(const hal::Stream& s, void* y, const void* bias, uint64_t rows, uint64_t cols,
                   uint32_t dtype) const;
   // dbias[c] += sum over r (in order r = 0..rows-1) of dy[r, c] (dbias: f32*). Index space: cols.
-  Status bias_grad(const hal::Stream& s, const void* dy, float* dbias, uint64_t rows,
-                   uint64_t cols, uint32_t dtype) const;
+  Status bias_grad(const hal::Stream& s, const void* dy, float* dbias, uint64_t rows, uint64_t cols,
+                   uint32_t dtype) const;
 
   // ---- embeddings ----------------------------------------------------------------------------
   // out[t, :] = (vocab_begin <= tokens[t] < vocab_begin + vocab_count ? wte[tokens[t] -
@@ -71,10 +71,9 @@ class GptKernels {
   // dwte[tokens[t] - vocab_begin, :] += dout[t, :] for local tokens, t in order; dwpe[t % seq, :]
   // += dout[t, :] when dwpe is not null. dwte, dwpe: f32*. Index space: hidden columns (each
   // column walks the tokens in order: deterministic).
-  Status embed_backward(const hal::Stream& s, const int32_t* tokens, const void* dout,
-                        float* dwte, float* dwpe, uint64_t tokens_count, uint64_t hidden,
-                        uint64_t seq, int64_t vocab_begin, int64_t vocab_count,
-                        uint32_t dtype) const;
+  Status embed_backward(const hal::Stream& s, const int32_t* tokens, const void* dout, float* dwte,
+                        float* dwpe, uint64_t tokens_count, uint64_t hidden, uint64_t seq,
+                        int64_t vocab_begin, int64_t vocab_count, uint32_t dtype) const;
 
   // ---- normalisation -------------------------------------------------------------------------
   // LayerNorm: y = (x - mean) * rstd * weight + bias; RMSNorm: y = x * rstd * weight, rstd =
@@ -111,8 +110,7 @@ class GptKernels {
   // Index space: (b, h, i) rows.
   Status attention_forward(const hal::Stream& s, const void* q, const void* k, const void* v,
                            void* out, float* lse, uint64_t batch, uint64_t seq, uint64_t heads,
-                           uint64_t kv_heads, uint64_t head_dim, float scale,
-                           uint32_t dtype) const;
+                           uint64_t kv_heads, uint64_t head_dim, float scale, uint32_t dtype) const;
   // dq, dk, dv (act*, same shapes as q, k, v) = the gradients of attention_forward given dout;
   // they are overwritten. delta (f32*, batch*heads*seq) is scratch.
   // kernels: tsr_gpt_attention_backward_delta (delta[(b,h,i)] = dout . out; index space: rows),
@@ -134,8 +132,8 @@ class GptKernels {
   Status gelu_backward(const hal::Stream& s, const void* x, const void* dy, void* dx, uint64_t n,
                        uint32_t dtype) const;
   // y = silu(gate) * up, silu(g) = g / (1 + exp(-g)). Index space: elements.
-  Status swiglu_forward(const hal::Stream& s, const void* gate, const void* up, void* y,
-                        uint64_t n, uint32_t dtype) const;
+  Status swiglu_forward(const hal::Stream& s, const void* gate, const void* up, void* y, uint64_t n,
+                        uint32_t dtype) const;
   // dgate = dy * up * silu'(gate), dup = dy * silu(gate) (overwrite). Index space: elements.
   Status swiglu_backward(const hal::Stream& s, const void* gate, const void* up, const void* dy,
                          void* dgate, void* dup, uint64_t n, uint32_t dtype) const;
@@ -169,9 +167,9 @@ class GptKernels {
   // top_index[t, j] (int32_t*, [tokens, top_k]) = the j-th largest prob (ties: lower expert
   // first), top_weight[t, j] (f32*) = its prob, divided by the sum of the top_k probs when
   // normalize != 0. Index space: tokens.
-  Status router_forward(const hal::Stream& s, const float* logits, float* probs,
-                        int32_t* top_index, float* top_weight, uint64_t tokens, uint64_t experts,
-                        uint64_t top_k, uint32_t normalize) const;
+  Status router_forward(const hal::Stream& s, const float* logits, float* probs, int32_t* top_index,
+                        float* top_weight, uint64_t tokens, uint64_t experts, uint64_t top_k,
+                        uint32_t normalize) const;
   // dlogits (f32*, overwritten) = the gradient of the router logits from dtop_weight (f32*,
   // [tokens, top_k]) through top_weight's softmax (and normalisation), plus the load-balancing
   // loss aux = aux_coef * experts * sum_e fraction[e] * mean_t probs[t, e] (fraction: f32*

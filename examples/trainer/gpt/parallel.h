@@ -39,8 +39,8 @@ struct ParallelGroups {
 // (runtime/planner groups.h, examples/trainer/layout.h): tp innermost, then dp, pp outermost, so
 // rank = tp_index + tp * (dp_index + dp * pp_index). Collective over `world`; INVALID_ARGUMENT
 // when tp * dp * pp is not its size.
-Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp,
-                                   int dp, int pp = 1);
+Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp, int dp,
+                                   int pp = 1);
 
 // In-place allreduce of `count` elements on `comm` (nothing when comm is null or of size 1),
 // ordered on `stream`. `what` names the tensor in errors.

@@ -217,8 +217,8 @@ Status Params::upload_sharded(const hal::Stream& stream, std::vector<float> flat
   flat.resize(capacity_, 0.0f);
   TSR_RETURN_IF_ERROR(upload(stream, grad_.data(), flat));
   TSR_RETURN_IF_ERROR(stream.cast(work_.data(), act_, grad_.data(), DType::kF32, capacity_));
-  TSR_RETURN_IF_ERROR(stream.copy(master_.data(), grad_base() + shard_begin_,
-                                  shard_size_ * sizeof(float)));
+  TSR_RETURN_IF_ERROR(
+      stream.copy(master_.data(), grad_base() + shard_begin_, shard_size_ * sizeof(float)));
   TSR_RETURN_IF_ERROR(zero_grads(stream));
   return stream.synchronize();
 }

@@ -131,9 +131,7 @@ class Params {
     uint64_t master = 0, work = 0, grad = 0, m = 0, v = 0;
     uint64_t total() const { return master + work + grad + m + v; }
   };
-  Bytes bytes() const {
-    return {master_.size(), work_.size(), grad_.size(), m_.size(), v_.size()};
-  }
+  Bytes bytes() const { return {master_.size(), work_.size(), grad_.size(), m_.size(), v_.size()}; }
 
  private:
   ParamLayout layout_;

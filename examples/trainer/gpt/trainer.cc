@@ -33,8 +33,7 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
       return invalid_argument("GPT trainer: zero=" + std::to_string(zero.level) +
                               " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
     }
-    TSR_RETURN_IF_ERROR(
-        model->params().shard_state(device, zero.begin, zero.shard, zero.padded));
+    TSR_RETURN_IF_ERROR(model->params().shard_state(device, zero.begin, zero.shard, zero.padded));
   }
   TSR_ASSIGN_OR_RETURN(AdamW adamw, AdamW::create(device, model->params().layout(), options.adamw));
   TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer scalars, device.allocate(2 * sizeof(double)));

@@ -65,10 +65,10 @@ class GptTrainer {
   // This rank's device bytes as the trainer allocated them (every device allocation it and its
   // model hold; nothing is allocated per step except gather_master's temporary).
   struct Memory {
-    Params::Bytes params;       // master, work, grad, m, v
-    uint64_t optimizer = 0;     // AdamW's norm scratch
-    uint64_t activations = 0;   // GptModel's arena
-    uint64_t trainer = 0;       // loss scalars, bf16 wire
+    Params::Bytes params;      // master, work, grad, m, v
+    uint64_t optimizer = 0;    // AdamW's norm scratch
+    uint64_t activations = 0;  // GptModel's arena
+    uint64_t trainer = 0;      // loss scalars, bf16 wire
     uint64_t total() const { return params.total() + optimizer + activations + trainer; }
   };
   Memory memory() const;
@@ -86,7 +86,7 @@ class GptTrainer {
   hal::DeviceBuffer scalars_;  // f64 [2]: losses averaged over dp
   hal::DeviceBuffer wire_;     // bf16 gradients for the dp allreduce (grad_comm kBF16 only)
   ZeroPlan zero_;
-  std::unique_ptr<Pipeline> pipeline_;  // pp > 1: the 1F1B schedule (pipeline.h)
+  std::unique_ptr<Pipeline> pipeline_;   // pp > 1: the 1F1B schedule (pipeline.h)
   const hal::Device* device_ = nullptr;  // for gather_master's temporary
   int64_t step_ = 0;
 };

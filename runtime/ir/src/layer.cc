@@ -272,7 +272,7 @@ TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
       break;
     case LayerKind::kAttention: {
       const double scores = static_cast<double>(l.heads) * keys_per_query(l, seq) * t;  // elements
-      b.sharded = 4 * scores + (l.dropout ? 5 * scores : 0);        // softmax r/w, dropout
+      b.sharded = 4 * scores + (l.dropout ? 5 * scores : 0);  // softmax r/w, dropout
       b.replicated = residual_traffic(l, t, h);
       if (is_mla(l)) b.replicated += 4 * t * mla_widths(l).latent;  // the latents' norms
       break;
