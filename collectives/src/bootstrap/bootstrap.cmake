@@ -1,4 +1,5 @@
-# Bootstrap sources (launcher detection, TCP store, PMIx store).
+# Bootstrap sources (launcher detection, TCP store, PMIx store). The TCP store server is split by
+# responsibility; tcp_store_server.h says what each tcp_store_*.cc holds.
 target_sources(tessera_coll PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/bootstrap.cc
   ${CMAKE_CURRENT_LIST_DIR}/launch_env.cc
@@ -7,7 +8,11 @@ target_sources(tessera_coll PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/slurm.cc
   ${CMAKE_CURRENT_LIST_DIR}/socket.cc
   ${CMAKE_CURRENT_LIST_DIR}/tcp_store_client.cc
-  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_server.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_server.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_connections.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_framing.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_auth.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_store_commands.cc)
 
 # PMIx (mpirun, srun --mpi=pmix) is optional: without it those launchers give a clear error.
 option(TESSERA_WITH_PMIX "Use libpmix for mpirun/srun bootstrap when found" ON)
