@@ -1,9 +1,11 @@
 // The performance model against published training runs (validation_runs.json, the table of
 // docs/PLANNER.md): every run's predicted step time within its recorded bound, and the table's
-// median error within the figure the doc states. Prints the table as markdown rows.
+// median error within the figure the doc states. Prints the table as markdown rows;
+// TESSERA_VALIDATION_BREAKDOWN=1 also prints each run's time breakdown and memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -60,24 +62,37 @@ Row evaluate_run(const Json& run, const Json& defaults) {
   row.bound = run.at("max_error").get<double>();
   row.in_median = run.value("in_median", true);
 
+  const Json& m = run.at("model");
   ir::DecoderConfig c;
   c.name = row.name;
   c.hidden = num("model", "hidden");
   c.layers = num("model", "layers");
   c.heads = num("model", "heads");
-  c.vocab = run.at("model").value("vocab", defaults.at("vocab").get<int64_t>());
-  c.learned_positions = defaults.at("positions").get<int64_t>();
+  c.kv_heads = m.value("kv_heads", int64_t{0});
+  c.ffn = m.value("ffn", int64_t{0});
+  c.vocab = m.value("vocab", defaults.at("vocab").get<int64_t>());
+  // Learned positions (GPT) unless the model says 0 (rotary).
+  c.learned_positions = m.value("positions", defaults.at("positions").get<int64_t>());
+  const std::string activation = m.value("activation", std::string("gelu"));
+  const std::string norm = m.value("norm", std::string("layernorm"));
+  EXPECT_TRUE(activation == "gelu" || activation == "swiglu") << row.name << ": " << activation;
+  EXPECT_TRUE(norm == "layernorm" || norm == "rmsnorm") << row.name << ": " << norm;
+  c.activation = activation == "swiglu" ? ir::MlpActivation::kSwiGlu : ir::MlpActivation::kGelu;
+  c.norm = norm == "rmsnorm" ? ir::NormType::kRmsNorm : ir::NormType::kLayerNorm;
+  c.bias = m.value("bias", true);
+  c.dropout = m.value("dropout", true);
+  c.tied = m.value("tied", true);
   auto model = ir::build_decoder(c);
   EXPECT_TRUE(model.ok()) << row.name << ": " << model.status().to_string();
 
   const int64_t devices = run.at("devices").get<int64_t>();
-  const std::string cluster_name = defaults.at("cluster").get<std::string>();
+  const std::string cluster_name = field(run, defaults, nullptr, "cluster").get<std::string>();
   auto cluster = with_devices(*cluster_preset(cluster_name), devices);
   EXPECT_TRUE(cluster.ok()) << row.name << ": " << cluster.status().to_string();
   const Dtype dtype =
       run.value("dtype", std::string("bf16")) == "fp16" ? Dtype::kFp16 : Dtype::kBf16;
-  const Workload w{run.at("global_batch").get<int64_t>(), defaults.at("seq_len").get<int64_t>(),
-                   dtype};
+  const Workload w{run.at("global_batch").get<int64_t>(),
+                   field(run, defaults, nullptr, "seq_len").get<int64_t>(), dtype};
 
   Plan p;
   p.tp = static_cast<int>(num("plan", "tp"));
@@ -92,12 +107,21 @@ Row evaluate_run(const Json& run, const Json& defaults) {
   row.layout = plan_summary(p);
 
   CostOptions o;
-  o.flash_attention = defaults.at("attention").get<std::string>() == "flash";
+  o.flash_attention = field(run, defaults, nullptr, "attention").get<std::string>() == "flash";
   auto e = evaluate(*model, *cluster, w, p, o);
   EXPECT_TRUE(e.ok()) << row.name << ": " << e.status().to_string();
   if (!e.ok()) return row;
   EXPECT_TRUE(e->fits) << row.name << " does not fit in memory";
   row.predicted_s = e->step_time_s;
+  if (std::getenv("TESSERA_VALIDATION_BREAKDOWN")) {
+    const TimeBreakdown& t = e->time;
+    std::printf(
+        "  %s: compute %.3f bubble %.3f tp %.3f pp %.3f dp %.3f opt %.3f mem %.3f "
+        "launch %.3f clip %.3f emb %.3f; memory %.1f GiB\n",
+        row.name.c_str(), t.compute_s, t.bubble_s, t.tp_comm_s, t.pp_comm_s, t.dp_comm_s,
+        t.optimizer_s, t.memory_bound_s, t.launch_s, t.grad_clip_s, t.embedding_sync_s,
+        e->memory.total() / 1073741824.0);
+  }
 
   const Json& published = run.at("published");
   if (published.contains("step_s")) {

@@ -64,7 +64,13 @@ ClusterSpec dgx(std::string name, DeviceSpec device, LinkSpec intra, LinkSpec in
 
 std::vector<ClusterSpec> presets() {
   return {
+      // Figures from shared/reference/hardware.md: dense bf16/fp16 and fp32 peaks, HBM size and
+      // bandwidth, NVLink per direction (A100 NVLink3 300, nccl-tests busbw ~230; H100 NVLink4
+      // 450 = 900 GB/s both ways, ring busbw ~370), one NIC per GPU (DGX A100: 8 x HDR 200 Gb/s =
+      // 25 GB/s, ~23.5 achieved; DGX H100: 8 x NDR 400 Gb/s = 50 GB/s, 45-48 achieved, 46 used).
       // SFU: 16 transcendentals per SM per clock: A100 108 SMs x 1.41 GHz, H100 132 x 1.83.
+      // gemm_efficiency 0.8: hardware.md's 75-90 % large-GEMM range (an H200, same SMs and
+      // clocks as the H100, measured 770-800 of 989 TFLOP/s at 8192^3).
       dgx("dgx-a100-80gb", {"A100-SXM4-80GB", 80, 312, 312, 19.5, 2039, 0.8, 3, 2.44},
           {"nvswitch", 300, 230, 3, 0}, {"infiniband", 25, 23.5, 5, 8}),
       dgx("dgx-h100", {"H100-SXM5-80GB", 80, 989, 989, 67, 3350, 0.8, 3, 3.86},
