@@ -6,6 +6,12 @@
 
 namespace tessera::hal {
 
+DeviceBuffer::DeviceBuffer(std::shared_ptr<Backend> backend, int32_t device, void* ptr,
+                           size_t bytes)
+    : backend_(std::move(backend)), device_(device), ptr_(ptr), bytes_(bytes) {
+  if (ptr_ != nullptr) backend_->memory_counters().add(device_, bytes_);
+}
+
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     reset();
@@ -20,6 +26,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 Status DeviceBuffer::release() {
   if (ptr_ == nullptr) return Status();
   Status status = backend_->check(backend_->api().device_free(device_, ptr_), "device_free");
+  backend_->memory_counters().remove(device_, bytes_);
   ptr_ = nullptr;
   bytes_ = 0;
   return status;

@@ -10,6 +10,7 @@
 
 #include "tessera/common/status.h"
 #include "tessera/hal/backend_abi.h"
+#include "tessera/hal/memory_stats.h"
 
 namespace tessera::hal {
 
@@ -59,6 +60,10 @@ class Backend {
     return code == TSR_OK ? Status() : status_from_backend(code, api_, operation);
   }
 
+  // Device bytes held through DeviceBuffer on each of this backend's devices (memory_stats.h);
+  // DeviceBuffer keeps them, Device::memory_stats reads them. Thread-safe.
+  DeviceMemoryCounters& memory_counters() const { return memory_counters_; }
+
  private:
   Backend() = default;
 
@@ -69,6 +74,7 @@ class Backend {
   size_t reported_struct_size_ = 0;
   uint32_t reported_abi_minor_ = 0;
   bool initialized_ = false;
+  mutable DeviceMemoryCounters memory_counters_;
 };
 
 // The folders searched for backend libraries, in order: each entry of TESSERA_BACKEND_PATH

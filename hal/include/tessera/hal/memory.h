@@ -14,9 +14,9 @@ namespace tessera::hal {
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  // Takes ownership of `ptr`, allocated by backend->api().device_malloc on `device`.
-  DeviceBuffer(std::shared_ptr<Backend> backend, int32_t device, void* ptr, size_t bytes)
-      : backend_(std::move(backend)), device_(device), ptr_(ptr), bytes_(bytes) {}
+  // Takes ownership of `ptr`, allocated by backend->api().device_malloc on `device`; its bytes
+  // count in the backend's memory_counters() until released.
+  DeviceBuffer(std::shared_ptr<Backend> backend, int32_t device, void* ptr, size_t bytes);
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;

@@ -59,6 +59,11 @@ class Device {
   Result<Stream> create_stream(int32_t priority = 0) const;
   Result<Event> create_event(bool timing = true) const;
   Result<MemoryInfo> memory_info() const;
+  // Bytes this process holds through DeviceBuffer on this device, and their high-water mark
+  // (memory_stats.h: what is counted). Thread-safe; shared by every copy of this Device.
+  DeviceMemoryStats memory_stats() const { return backend_->memory_counters().stats(index_); }
+  // Starts a new high-water mark from the bytes in use now.
+  void reset_peak() const { backend_->memory_counters().reset_peak(index_); }
 
  private:
   std::shared_ptr<Backend> backend_;
