@@ -1,19 +1,24 @@
 // `tessera probe`: what this host is made of and how its devices connect (topology layer).
 // Human summary and device matrix by default; --json, --dot FILE, --measure, --cluster hosts=N.
-// Sources: the live machine, --hwloc-xml FILE, --synthetic DESC or --from-json FILE. Exit status
-// 0 when the probe worked (parts skipped are listed, not errors); 2 on bad input or options.
+// Sources: the live machine, --hwloc-xml FILE, --synthetic DESC or --from-json FILE. Under a
+// launcher with one rank per host, --measure also measures the network between the hosts (rank 0
+// prints). Exit status 0 when the probe worked (parts skipped are listed, not errors); 2 on bad
+// input or options; 1 when the network measurement failed.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.h"
+#include "tessera/coll/bootstrap.h"
 #include "tessera/common/untrusted.h"
 #include "tessera/topo/cluster.h"
 #include "tessera/topo/discover.h"
 #include "tessera/topo/json.h"
 #include "tessera/topo/measure.h"
+#include "tessera/topo/measure_network.h"
 #include "tessera/topo/render.h"
 
 namespace tessera::tools {
@@ -69,6 +74,32 @@ void check_sources(const ProbeOptions& o) {
   }
 }
 
+// Started by a launcher with several ranks (one per host): the network between them, through the
+// launcher's store. Nothing when this process is the only rank. `out_rank` is this rank.
+std::optional<topo::NetworkMeasurement> measure_across_hosts(topo::Topology& t,
+                                                             const topo::MeasureOptions& options,
+                                                             int& out_rank) {
+  auto launch = coll::detect_launch();
+  if (!launch.ok()) fail(launch.status().message());
+  out_rank = launch->rank;
+  if (launch->size < 2) return std::nullopt;
+  auto bootstrap = coll::Bootstrap::from_environment();
+  topo::PeerGroup group{launch->rank, launch->size, nullptr};
+  if (bootstrap.ok()) {
+    group.allgather = [b = *bootstrap](const std::string& name, const std::string& mine) {
+      return b->allgather(name, mine);
+    };
+  }
+  auto measured = bootstrap.ok() ? topo::measure_network(t, group, options)
+                                 : Result<topo::NetworkMeasurement>(bootstrap.status());
+  if (!measured.ok()) {
+    std::fprintf(stderr, "tessera probe: rank %d: network measurement failed: %s\n", launch->rank,
+                 measured.status().message().c_str());
+    throw CLI::RuntimeError(1);
+  }
+  return std::move(*measured);
+}
+
 void run(const ProbeOptions& o) {
   check_sources(o);
   if (!o.preset.empty()) {
@@ -92,11 +123,15 @@ void run(const ProbeOptions& o) {
   if (!probed.ok()) fail(probed.status().message());
   topo::Topology& t = *probed;
   topo::MeasureReport report;
+  std::optional<topo::NetworkMeasurement> network;
+  int rank = 0;
   if (o.measure) {
     if (t.host.source != "live") fail("--measure needs the live machine, not " + t.host.source);
     topo::MeasureOptions measure_options;
     report = topo::measure(t, platform.get(), measure_options);
+    network = measure_across_hosts(t, measure_options, rank);
   }
+  if (rank != 0) return;  // rank 0 speaks for the job, as nccl-tests do
   if (!o.dot.empty()) write_file(o.dot, topo::dot_text(t));
   if (!o.cluster.empty()) {
     auto cluster = topo::cluster_from_topology(t, parse_hosts(o.cluster),
@@ -113,7 +148,7 @@ void run(const ProbeOptions& o) {
     return;
   }
   if (o.json) {
-    std::cout << topo::to_json(t);
+    std::cout << (network ? topo::network_json(*network, t) : topo::to_json(t));
   } else {
     std::cout << topo::summary_text(t) << "\n" << topo::matrix_text(t);
     if (o.measure) {
@@ -133,10 +168,14 @@ void run(const ProbeOptions& o) {
                   << *l.measured_bandwidth_gbps << " GB/s (declared " << l.bandwidth_gbps << ", "
                   << l.bandwidth_source << "), " << l.measured_latency_us.value_or(0) << " us\n";
       }
+      if (network) std::cout << "\n" << topo::network_text(*network);
     }
   }
-  for (const auto& note : report.notes)
+  for (const auto& note : report.notes) {
+    // The loopback pass skips network transports; across hosts they were measured after all.
+    if (network && note.find(": network transport") != std::string::npos) continue;
     std::cerr << "tessera probe: not measured: " << note << "\n";
+  }
   if (!o.dot.empty()) std::cerr << "tessera probe: wrote " << o.dot << "\n";
 }
 
@@ -149,7 +188,8 @@ void add_probe_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print the topology (or cluster spec) as JSON");
   cmd->add_option("--dot", o->dot, "Write a Graphviz graph to FILE");
   cmd->add_flag("--measure", o->measure,
-                "Measure host memory, host<->device, device<->device and UCX loopback bandwidth");
+                "Measure host memory, host<->device, device<->device and UCX loopback bandwidth; "
+                "under a launcher with one rank per host, also the network between the hosts");
   CLI::Option* xml =
       cmd->add_option("--hwloc-xml", o->hwloc_xml, "Read the host from an hwloc XML file");
   CLI::Option* synthetic = cmd->add_option(

@@ -1,6 +1,6 @@
 // UCX loopback measurement: one UCP context per transport (TLS=<transport>), an endpoint to the
-// process's own worker, and RMA puts into a registered buffer. Network transports need a peer and
-// are left to the collectives benchmarks.
+// process's own worker, and RMA puts into a registered buffer. Network transports need a peer host:
+// measure_network.cc measures them when the probe runs with one rank per host.
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -112,7 +112,9 @@ void measure_ucx(Topology& topo, const MeasureOptions& options, MeasureReport& r
   for (const auto& tl : topo.ucx.transports) {
     if (tl.device_type == "network") {
       if (done.insert(tl.transport).second) {
-        report.notes.push_back("ucx " + tl.transport + ": network transport, needs a peer host");
+        report.notes.push_back("ucx " + tl.transport +
+                               ": network transport, needs a peer host (one rank per host "
+                               "under a launcher measures it)");
       }
       continue;
     }

@@ -2,6 +2,7 @@
 // host<->device and between device pairs through the HAL, and UCX loopback bandwidth and latency
 // per transport. Results go into the measured_* fields beside the declared figures, never over
 // them. Sized to finish in seconds. Not thread-safe (binds the calling thread while measuring).
+// The network between hosts needs one process per host: measure_network.h.
 #pragma once
 
 #include <cstddef>
