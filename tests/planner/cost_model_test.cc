@@ -110,19 +110,27 @@ TEST(Memory, FirstStageKeepsPMicroBatchesInFlightAndInterleavingMore) {
   EXPECT_DOUBLE_EQ(inter->memory.activations, 4 * per_mb * (1 + 3.0 / (4 * 2)));
 }
 
+// Gradients are held in the type they are reduced in: fp32 for bf16 models (Megatron-LM's
+// main_grad, 18 bytes per parameter), 16-bit when grad_reduce_bytes says so (hardware.md's 16).
 TEST(Memory, ZeroStagesShardOptimizerGradientsAndWeights) {
   const ir::Model m = uniform(4);
   const Workload w{64, 1024, Dtype::kBf16};
   const double d = 8;
-  const double expect[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
-  for (int zero = 0; zero <= 3; ++zero) {
-    Plan p = make_plan(1, 1, 8, 1, 64);
-    p.zero = zero;
-    auto e = evaluate(m, a100(8), w, p, naive());
-    ASSERT_TRUE(e.ok()) << e.status().to_string();
-    const double params = static_cast<double>(ir::model_params(m));
-    const double state = e->memory.weights + e->memory.gradients + e->memory.optimizer;
-    EXPECT_NEAR(state / params, expect[zero], 1e-12) << "zero=" << zero;
+  const double fp32_grads[] = {18, 6 + 12 / d, 2 + 16 / d, 18 / d};
+  const double half_grads[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+  for (const double grad_bytes : {0.0, 2.0}) {
+    CostOptions options = naive();
+    options.grad_reduce_bytes = grad_bytes;
+    for (int zero = 0; zero <= 3; ++zero) {
+      Plan p = make_plan(1, 1, 8, 1, 64);
+      p.zero = zero;
+      auto e = evaluate(m, a100(8), w, p, options);
+      ASSERT_TRUE(e.ok()) << e.status().to_string();
+      const double params = static_cast<double>(ir::model_params(m));
+      const double state = e->memory.weights + e->memory.gradients + e->memory.optimizer;
+      const double expect = grad_bytes == 2 ? half_grads[zero] : fp32_grads[zero];
+      EXPECT_NEAR(state / params, expect, 1e-12) << "zero=" << zero << " grad " << grad_bytes;
+    }
   }
 }
 

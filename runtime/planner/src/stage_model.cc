@@ -10,12 +10,15 @@ namespace tessera::plan {
 namespace {
 
 // Bytes per parameter for weights, gradients and Adam state under a ZeRO stage sharded over d
-// ranks (hardware.md: 16; ZeRO-1 4 + 12/d; ZeRO-2 2 + 14/d; ZeRO-3 16/d).
+// ranks. The gradients are held in the type they are reduced in, `grad` bytes (CostOptions::
+// grad_reduce_bytes): bf16 models accumulate into fp32 gradients (Megatron-LM's main_grad; its
+// distributed-optimizer table: 18 bytes, 6 + 12/d sharded), so bf16 is 18, ZeRO-1 6 + 12/d,
+// ZeRO-2 2 + 16/d, ZeRO-3 18/d; with 2-byte gradients hardware.md's 16, 4 + 12/d, 2 + 14/d, 16/d.
 struct ParamBytes {
   double weights, grads, optimizer;
 };
-ParamBytes param_bytes(int zero, double d) {
-  return {zero >= 3 ? 2.0 / d : 2.0, zero >= 2 ? 2.0 / d : 2.0, zero >= 1 ? 12.0 / d : 12.0};
+ParamBytes param_bytes(int zero, double d, double grad) {
+  return {zero >= 3 ? 2.0 / d : 2.0, zero >= 2 ? grad / d : grad, zero >= 1 ? 12.0 / d : 12.0};
 }
 
 }  // namespace
@@ -108,8 +111,8 @@ double StageModel::stage_memory(int stage, int first, int end, MemoryBreakdown* 
     dense += costs_->post.dense_params + post_extra_params_;
     act += costs_->post.act_bytes;
   }
-  const ParamBytes d = param_bytes(plan_.zero, dense_group_);
-  const ParamBytes e = param_bytes(plan_.zero, expert_group_);
+  const ParamBytes d = param_bytes(plan_.zero, dense_group_, grad_bytes_);
+  const ParamBytes e = param_bytes(plan_.zero, expert_group_, grad_bytes_);
   MemoryBreakdown m;
   m.weights = dense * d.weights + expert * e.weights;
   m.gradients = dense * d.grads + expert * e.grads;
