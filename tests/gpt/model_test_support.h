@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,43 @@ inline Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config,
   out.memory = trainer->memory();
   out.zero = trainer->zero();
   return out;
+}
+
+// How far a rank's master weights (its tp shard, in make_layout(config, tp_rank, tp) order) are
+// from a 1-rank run's (`reference`, in make_layout(config, 0, 1) order): the largest and the rms
+// absolute difference, and the first element further than `tol` ("" when none is).
+struct ParamDiff {
+  double worst = 0, rms = 0;
+  std::string first_beyond;
+};
+inline Result<ParamDiff> diff_from_one_rank(const GptConfig& config, int tp_rank, int tp,
+                                            const std::vector<float>& master,
+                                            const std::vector<float>& reference, double tol) {
+  TSR_ASSIGN_OR_RETURN(ParamLayout local, make_layout(config, tp_rank, tp));
+  TSR_ASSIGN_OR_RETURN(ParamLayout full, make_layout(config, 0, 1));
+  if (master.size() != local.total || reference.size() != full.total) {
+    return invalid_argument("diff_from_one_rank: " + std::to_string(master.size()) + " and " +
+                            std::to_string(reference.size()) + " values");
+  }
+  ParamDiff d;
+  double sum_sq = 0;
+  for (size_t i = 0; i < local.specs.size(); ++i) {
+    const ParamSpec& spec = local.specs[i];
+    const ParamSpec& whole = full.specs[i];
+    const std::span<const float> ref(reference.data() + whole.offset, whole.local_count());
+    const std::vector<float> want = shard_of(spec, ref, tp_rank, tp);
+    for (size_t j = 0; j < want.size(); ++j) {
+      const double got = master[spec.offset + j], diff = std::abs(got - double(want[j]));
+      d.worst = std::max(d.worst, diff);
+      sum_sq += diff * diff;
+      if (diff > tol && d.first_beyond.empty()) {
+        d.first_beyond = spec.name + "[" + std::to_string(j) + "] = " + std::to_string(got) +
+                         ", 1 rank " + std::to_string(want[j]);
+      }
+    }
+  }
+  d.rms = std::sqrt(sum_sq / double(std::max<size_t>(master.size(), 1)));
+  return d;
 }
 
 inline std::string config_path(const char* file) {

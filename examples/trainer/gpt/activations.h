@@ -29,7 +29,9 @@ class Arena {
 };
 
 // "act" below: the activation dtype; sizes use local (tensor-parallel) widths: qL = heads/tp *
-// head_dim, kvL = kv_heads/tp * head_dim, fL = ffn/tp, VL = vocab/tp; T = batch * seq.
+// head_dim, kvL = kv_heads/tp * head_dim, fL = ffn/tp, VL = vocab/tp; T = batch * seq. Under
+// expert parallelism the MoE row buffers (T*k rows below) have E*T rows (moe.cc: capacity T per
+// expert and source rank), and so do gather, dh, dgate, dup, de_out and dxe.
 struct MoeActivations {
   float* logits = nullptr;       // [T, E] f32
   float* probs = nullptr;        // [T, E] f32
@@ -47,6 +49,8 @@ struct MoeActivations {
   std::vector<int64_t> count;    // host: rows per expert
   std::vector<int64_t> offset;   // host: first row of each expert
   double aux = 0;                // host: the load-balancing loss of this layer (unweighted)
+  // host, ep > 1: the rows this rank's experts received, [source][local expert] (moe.cc)
+  std::vector<int64_t> received;
 };
 
 struct BlockActivations {
@@ -100,6 +104,8 @@ struct Scratch {
   float* dweight = nullptr;     // MoE [T*k]
   float* drouter = nullptr;     // MoE [T, E] f32
   void* drouter_act = nullptr;  // MoE [T, E] act
+  // MoE under ep: [2 * E] int32, the rows sent to and received from each expert (moe.cc)
+  int32_t* ep_counts = nullptr;
 };
 
 }  // namespace tessera::gpt

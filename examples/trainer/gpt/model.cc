@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "ep.h"
 #include "linear.h"
 
 namespace tessera::gpt {
@@ -43,7 +44,7 @@ GptModel::GptModel(const hal::Device& device, GptConfig config, GptKernels kerne
 Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
                                                    const GptConfig& config, GptKernels kernels,
                                                    ParallelGroups groups, DType act, int64_t batch,
-                                                   int64_t seq, bool recompute) {
+                                                   int64_t seq, bool recompute, int zero) {
   if (batch <= 0 || seq <= 0) {
     return invalid_argument(config.name + ": micro-batch " + std::to_string(batch) + " x seq " +
                             std::to_string(seq) + " must be positive");
@@ -56,10 +57,23 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
   TSR_ASSIGN_OR_RETURN(StageRange stage,
                        stage_range(config.layers, groups.pp_rank(), groups.pp_size()));
   if (groups.pp_size() > 1) layout = stage_layout(layout, stage);
-  TSR_ASSIGN_OR_RETURN(Params params, Params::create(device, std::move(layout), act));
+  if (groups.ep_size() > 1) {
+    TSR_ASSIGN_OR_RETURN(layout, expert_layout(config, layout, groups.ep_rank(), groups.ep_size()));
+  }
+  TSR_ASSIGN_OR_RETURN(ZeroPlan plan, make_zero_plan(zero, layout, config.layers, groups.dp_rank(),
+                                                     groups.dp_size()));
+  const Params::ShardOptions options = plan.options();
+  TSR_ASSIGN_OR_RETURN(
+      Params params,
+      plan.level > 0 ? Params::create_sharded(device, std::move(layout), act, plan.shards, options)
+                     : Params::create(device, std::move(layout), act));
   std::unique_ptr<GptModel> model(new GptModel(device, config, std::move(kernels),
                                                std::move(groups), std::move(params), stage, batch,
                                                seq, recompute));
+  if (plan.level > 0) {
+    model->zero_ = std::make_unique<ZeroEngine>(std::move(plan), model->groups_, model->params_,
+                                                model->kernels_);
+  }
   TSR_RETURN_IF_ERROR(model->allocate());
   return model;
 }
@@ -69,7 +83,9 @@ Status GptModel::allocate() {
   const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
   const uint64_t k = uint64_t(std::max<int64_t>(config_.top_k, 1)), E = uint64_t(config_.experts);
   const uint64_t rows_att = uint64_t(batch_ * heads_l_ * seq_);
-  const uint64_t ffn_rows = config_.moe() ? T * k : T;
+  // MoE expert rows: T*k, or under ep E experts x capacity T (moe.cc).
+  const uint64_t moe_rows = groups_.ep_size() > 1 ? E * T : T * k;
+  const uint64_t ffn_rows = config_.moe() ? moe_rows : T;
   auto alloc = [&](uint64_t n, DType d) { return arena_.alloc(n, d); };
 #define TSR_GPT_ALLOC(lhs, n, d, type)               \
   do {                                               \
@@ -105,13 +121,13 @@ Status GptModel::allocate() {
       TSR_GPT_ALLOC(m.top_index, T * k, I, int32_t*);
       TSR_GPT_ALLOC(m.top_weight, T * k, F, float*);
       TSR_GPT_ALLOC(m.slot, T * k, I, int32_t*);
-      TSR_GPT_ALLOC(m.gather, T * k, I, int32_t*);
+      TSR_GPT_ALLOC(m.gather, moe_rows, I, int32_t*);
       TSR_GPT_ALLOC(m.fraction, E, F, float*);
-      TSR_GPT_ALLOC(m.xe, T * k * h, A, void*);
-      if (config_.swiglu) TSR_GPT_ALLOC(m.gate, T * k * ffn_l_, A, void*);
-      TSR_GPT_ALLOC(m.up, T * k * ffn_l_, A, void*);
-      TSR_GPT_ALLOC(m.act, T * k * ffn_l_, A, void*);
-      TSR_GPT_ALLOC(m.out, T * k * h, A, void*);
+      TSR_GPT_ALLOC(m.xe, moe_rows * h, A, void*);
+      if (config_.swiglu) TSR_GPT_ALLOC(m.gate, moe_rows * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.up, moe_rows * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.act, moe_rows * ffn_l_, A, void*);
+      TSR_GPT_ALLOC(m.out, moe_rows * h, A, void*);
     } else {
       if (config_.swiglu) TSR_GPT_ALLOC(b.gate, T * ffn_l_, A, void*);
       TSR_GPT_ALLOC(b.up, T * ffn_l_, A, void*);
@@ -139,11 +155,12 @@ Status GptModel::allocate() {
   TSR_GPT_ALLOC(g_.dup, ffn_rows * ffn_l_, A, void*);
   TSR_GPT_ALLOC(g_.dlogits, T * vocab_l_, A, void*);
   if (config_.moe()) {
-    TSR_GPT_ALLOC(g_.de_out, T * k * h, A, void*);
-    TSR_GPT_ALLOC(g_.dxe, T * k * h, A, void*);
+    TSR_GPT_ALLOC(g_.de_out, moe_rows * h, A, void*);
+    TSR_GPT_ALLOC(g_.dxe, moe_rows * h, A, void*);
     TSR_GPT_ALLOC(g_.dweight, T * k, F, float*);
     TSR_GPT_ALLOC(g_.drouter, T * E, F, float*);
     TSR_GPT_ALLOC(g_.drouter_act, T * E, A, void*);
+    if (groups_.ep_size() > 1) TSR_GPT_ALLOC(g_.ep_counts, 2 * E, I, int32_t*);
   }
 #undef TSR_GPT_ALLOC
   return Status();
@@ -180,9 +197,13 @@ Result<StepLoss> GptModel::forward(const hal::Stream& s, const Batch& batch) {
   }
   TSR_RETURN_IF_ERROR(s.copy(a_.tokens, batch.tokens.data(), batch.tokens.size() * 4));
   TSR_RETURN_IF_ERROR(s.copy(a_.targets, batch.targets.data(), batch.targets.size() * 4));
-  if (stage_.first) TSR_RETURN_IF_ERROR(embed_forward(s));
+  if (stage_.first) {
+    TSR_RETURN_IF_ERROR(zero_use(s, Part::kEmbed, 0, Pass::kForward));
+    TSR_RETURN_IF_ERROR(embed_forward(s));
+  }
   StepLoss loss;
   for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    TSR_RETURN_IF_ERROR(zero_use(s, Part::kBlock, l, Pass::kForward));
     TSR_RETURN_IF_ERROR(attention_forward(s, l));
     if (config_.moe()) {
       TSR_RETURN_IF_ERROR(moe_forward(s, l));
@@ -195,6 +216,7 @@ Result<StepLoss> GptModel::forward(const hal::Stream& s, const Batch& batch) {
     TSR_RETURN_IF_ERROR(s.synchronize());
     return loss;
   }
+  TSR_RETURN_IF_ERROR(zero_use(s, Part::kHead, 0, Pass::kForward));
   TSR_RETURN_IF_ERROR(head_forward(s));
   TSR_ASSIGN_OR_RETURN(std::vector<float> rows, download<float>(s, a_.loss, size_t(tokens())));
   double sum = 0;
@@ -301,8 +323,16 @@ Status GptModel::head_forward(const hal::Stream& s) {
 // ---- backward -----------------------------------------------------------------------------
 
 Status GptModel::backward(const hal::Stream& s, float weight) {
-  if (stage_.last) TSR_RETURN_IF_ERROR(head_backward(s, weight));
+  // Under ZeRO-2/3 each unit's gradient is reduced as soon as its backward is done (zero.h).
+  if (stage_.last) {
+    TSR_RETURN_IF_ERROR(zero_use(s, Part::kHead, 0, Pass::kBackward));
+    TSR_RETURN_IF_ERROR(zero_grads_begin(Part::kHead, 0));
+    TSR_RETURN_IF_ERROR(head_backward(s, weight));
+    TSR_RETURN_IF_ERROR(zero_grads_end(s, Part::kHead, 0));
+  }
   for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
+    TSR_RETURN_IF_ERROR(zero_use(s, Part::kBlock, l, Pass::kBackward));
+    TSR_RETURN_IF_ERROR(zero_grads_begin(Part::kBlock, l));
     if (recompute_) {
       // The block's forward again from its kept input (resid[l]), into the shared activations;
       // it rewrites resid[l + 1] with the same values. The loss was taken in the forward.
@@ -315,8 +345,13 @@ Status GptModel::backward(const hal::Stream& s, float weight) {
       TSR_RETURN_IF_ERROR(mlp_backward(s, l));
     }
     TSR_RETURN_IF_ERROR(attention_backward(s, l));
+    TSR_RETURN_IF_ERROR(zero_grads_end(s, Part::kBlock, l));
   }
-  return stage_.first ? embed_backward(s) : Status();
+  if (!stage_.first) return Status();
+  // The embedding's backward reads no weights: nothing to gather.
+  TSR_RETURN_IF_ERROR(zero_grads_begin(Part::kEmbed, 0));
+  TSR_RETURN_IF_ERROR(embed_backward(s));
+  return zero_grads_end(s, Part::kEmbed, 0);
 }
 
 Status GptModel::head_backward(const hal::Stream& s, float weight) {

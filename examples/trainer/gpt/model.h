@@ -27,6 +27,7 @@
 #include "parallel.h"
 #include "params.h"
 #include "stage.h"
+#include "zero.h"
 
 namespace tessera::gpt {
 
@@ -45,10 +46,14 @@ class GptModel {
   // Under pipeline parallelism (groups.pp) the model is this rank's stage (stage.h): its blocks,
   // and the embedding / head where the stage has them. INVALID_ARGUMENT for a seq beyond the
   // learned positions, a tp degree the config does not divide, or fewer layers than stages.
+  // `zero` (zero.h): the ZeRO level over groups.dp; from 1 the parameter buffers are allocated
+  // sharded (never whole) and the model owns the ZeroEngine whose hooks its forward and backward
+  // call; INVALID_ARGUMENT naming zero for levels outside 0..3.
   static Result<std::unique_ptr<GptModel>> create(const hal::Device& device,
                                                   const GptConfig& config, GptKernels kernels,
                                                   ParallelGroups groups, DType act, int64_t batch,
-                                                  int64_t seq, bool recompute = false);
+                                                  int64_t seq, bool recompute = false,
+                                                  int zero = 0);
 
   // Runs the forward and the loss on `batch` (batch * seq tokens, as created). Synchronises the
   // stream (to read the loss and MoE routing back). A pipeline stage runs its blocks from
@@ -59,6 +64,10 @@ class GptModel {
   // Queued on `stream`; MoE layers synchronise it. A stage other than the last starts from the
   // gradient of its output in residual_grad(); every stage leaves the gradient of its input there.
   Status backward(const hal::Stream& stream, float weight);
+
+  // ZeRO (zero.h): null at level 0. Its hooks run around each part (the embedding, each block,
+  // the head) of the forward and backward; the trainer runs its reduce and finish_step.
+  ZeroEngine* zero() const { return zero_.get(); }
 
   Params& params() { return params_; }
   const Params& params() const { return params_; }
@@ -105,6 +114,16 @@ class GptModel {
   Status norm_backward(const hal::Stream& s, const void* dy, const void* x, int w, int b,
                        const float* mean, const float* rstd, void* dx);
   Status tp_sum(const hal::Stream& s, void* data, uint64_t count, DType dtype, const char* what);
+  // ZeRO hooks (zero.h); no-ops without an engine.
+  Status zero_use(const hal::Stream& s, Part part, int layer, Pass pass) {
+    return zero_ ? zero_->use(s, part, layer, pass) : Status();
+  }
+  Status zero_grads_begin(Part part, int layer) {
+    return zero_ ? zero_->grads_begin(part, layer) : Status();
+  }
+  Status zero_grads_end(const hal::Stream& s, Part part, int layer) {
+    return zero_ ? zero_->grads_end(s, part, layer) : Status();
+  }
 
   // The activations of block `layer` (one shared set under recomputation).
   BlockActivations& block(int layer) { return a_.blocks[recompute_ ? 0 : size_t(layer)]; }
@@ -124,6 +143,7 @@ class GptModel {
   bool recompute_;
   // Local (tensor-parallel) widths.
   int64_t heads_l_, kv_heads_l_, q_l_, kv_l_, ffn_l_, vocab_l_, vocab_begin_;
+  std::unique_ptr<ZeroEngine> zero_;  // binds into params_: declared after it
   Arena arena_;
   Activations a_;
   Scratch g_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ep.h"
+
 namespace tessera::gpt {
 
 float scheduled_lr(const AdamWOptions& o, int64_t step) {
@@ -25,36 +27,18 @@ Result<AdamW> AdamW::create(const hal::Device& device, const ParamLayout& layout
   return opt;
 }
 
-namespace {
-
-// The part of tensor `spec` inside the flat range [begin, end): elements [first, first + count)
-// of the tensor (count 0 when they do not meet).
-struct Span {
-  uint64_t first = 0, count = 0;
-};
-Span clip(const ParamSpec& spec, uint64_t begin, uint64_t end) {
-  const uint64_t lo = std::max(spec.offset, begin);
-  const uint64_t hi = std::min(spec.offset + spec.local_count(), end);
-  return hi > lo ? Span{lo - spec.offset, hi - lo} : Span{};
-}
-
-}  // namespace
-
-// ZeRO (params.sharded()): each dp rank sums squares over its shard only; the replicated and
+// ZeRO (params.sharded()): each dp rank sums squares over its shard pieces only; the replicated and
 // tp-sharded parts are then summed over dp, and the tp-sharded part over tp.
 Result<double> AdamW::sharded_grad_norm(const hal::Stream& s, const Params& params,
                                         const GptKernels& kernels,
                                         const ParallelGroups& groups) const {
   const ParamLayout& layout = params.layout();
-  const uint64_t begin = params.shard_begin(), end = begin + params.shard_size();
   float* sums = static_cast<float*>(sums_.data());
   std::vector<bool> present(layout.specs.size(), false);
-  for (size_t i = 0; i < layout.specs.size(); ++i) {
-    const Span part = clip(layout.specs[i], begin, end);
-    if (part.count == 0) continue;
-    present[i] = true;
+  for (const ShardPiece& piece : params.shards().pieces) {
+    present[size_t(piece.tensor)] = true;
     TSR_RETURN_IF_ERROR(
-        kernels.sum_squares(s, params.grad(int(i)) + part.first, sums + i, part.count));
+        kernels.sum_squares(s, params.shard_grad(piece), sums + piece.tensor, piece.count));
   }
   TSR_ASSIGN_OR_RETURN(std::vector<float> host, download<float>(s, sums, layout.specs.size()));
   std::vector<double> parts{0, 0};  // replicated, tp-sharded
@@ -81,9 +65,23 @@ Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
         kernels.sum_squares(s, params.grad(int(i)), sums + i, layout.specs[i].local_count()));
   }
   TSR_ASSIGN_OR_RETURN(std::vector<float> host, download<float>(s, sums, layout.specs.size()));
-  double replicated = 0, sharded = 0;
+  double replicated = 0, sharded = 0, experts = 0;
+  // Under ep (ep.h) the expert tensors after expert_begin are distinct on each ep rank: their
+  // squares are summed over the expert group first (they are tp-split, so then over tp).
+  const uint64_t expert_offset = groups.ep_size() > 1 ? expert_begin(layout) : layout.total;
   for (size_t i = 0; i < host.size(); ++i) {
+    if (layout.specs[i].offset >= expert_offset) {
+      experts += double(host[i]);
+      continue;
+    }
     (layout.specs[i].split == Split::kReplicated ? replicated : sharded) += double(host[i]);
+  }
+  if (groups.ep_size() > 1) {
+    TSR_RETURN_IF_ERROR(upload(s, norm_.data(), std::vector<double>{experts}));
+    TSR_RETURN_IF_ERROR(allreduce_on(groups.ep, s, norm_.data(), 1, DType::kF64, ReduceOp::kSum,
+                                     "expert gradient norm"));
+    TSR_ASSIGN_OR_RETURN(std::vector<double> total, download<double>(s, norm_.data(), 1));
+    sharded += total[0];
   }
   if (groups.tp_size() > 1) {
     TSR_RETURN_IF_ERROR(upload(s, norm_.data(), std::vector<double>{sharded}));
@@ -110,23 +108,20 @@ Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernel
   const ParamLayout& layout = params.layout();
   const uint32_t act = uint32_t(hal::to_abi(params.act()));
   const float lr = scheduled_lr(options_, steps_);
+  if (params.sharded()) {
+    // This rank's piece of each tensor; master, m, v are shard-relative.
+    for (const ShardPiece& piece : params.shards().pieces) {
+      const float decay = layout.at(piece.tensor).decay ? options_.weight_decay : 0.0f;
+      TSR_RETURN_IF_ERROR(kernels.adamw(
+          s, params.master_base() + piece.at, params.shard_grad(piece), params.m_base() + piece.at,
+          params.v_base() + piece.at, params.shard_work(piece), piece.count, lr, options_.beta1,
+          options_.beta2, options_.eps, decay, bias1, bias2, scale, act));
+    }
+    return norm;
+  }
   for (size_t i = 0; i < layout.specs.size(); ++i) {
     const ParamSpec& spec = layout.specs[i];
     const int index = int(i);
-    if (params.sharded()) {
-      // The tensor's part inside this rank's shard; master, m, v are shard-relative.
-      const uint64_t begin = params.shard_begin();
-      const Span part = clip(spec, begin, begin + params.shard_size());
-      if (part.count == 0) continue;
-      const uint64_t at = spec.offset + part.first - begin;
-      void* work =
-          static_cast<char*>(params.work(index)) + part.first * hal::dtype_size(params.act());
-      TSR_RETURN_IF_ERROR(kernels.adamw(
-          s, params.master_base() + at, params.grad(index) + part.first, params.m_base() + at,
-          params.v_base() + at, work, part.count, lr, options_.beta1, options_.beta2, options_.eps,
-          spec.decay ? options_.weight_decay : 0.0f, bias1, bias2, scale, act));
-      continue;
-    }
     TSR_RETURN_IF_ERROR(
         kernels.adamw(s, params.master(index), params.grad(index), params.m_base() + spec.offset,
                       params.v_base() + spec.offset, params.work(index), spec.local_count(), lr,

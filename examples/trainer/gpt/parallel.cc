@@ -5,12 +5,16 @@
 namespace tessera::gpt {
 
 Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp, int dp,
-                                   int pp) {
+                                   int pp, int ep) {
   const int size = world ? world->size() : 1;
   if (tp < 1 || dp < 1 || pp < 1 || tp * dp * pp != size) {
     return invalid_argument("GPT groups: tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
                             " x pp " + std::to_string(pp) + " does not make the " +
                             std::to_string(size) + " ranks of the world communicator");
+  }
+  if (ep < 1 || dp % ep != 0) {
+    return invalid_argument("GPT groups: expert parallelism ep " + std::to_string(ep) +
+                            " does not divide dp " + std::to_string(dp));
   }
   ParallelGroups groups;
   if (size == 1) return groups;
@@ -36,6 +40,18 @@ Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& wo
     auto embed = world->split(end_stage ? rank % (tp * dp) : -1, rank);
     if (!embed.ok()) return embed.status().with_context("embedding group");
     groups.embed = *embed;
+  }
+  if (ep > 1) {
+    // Ranks with the same tp index and stage whose dp indices share dp_index / ep.
+    const int dp_index = rank / tp % dp;
+    auto group = world->split(tp_index + tp * (dp_index / ep + dp / ep * pp_index), rank);
+    if (!group.ok()) return group.status().with_context("expert-parallel group");
+    groups.ep = *group;
+    if (dp > ep) {
+      auto same = world->split(tp_index + tp * (dp_index % ep + ep * pp_index), rank);
+      if (!same.ok()) return same.status().with_context("expert-data-parallel group");
+      groups.expert_dp = *same;
+    }
   }
   return groups;
 }

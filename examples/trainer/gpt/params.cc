@@ -1,5 +1,6 @@
 #include "params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -159,6 +160,18 @@ std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> full, 
   return out;
 }
 
+Result<Params> Params::create_sharded(const hal::Device& device, ParamLayout layout, DType act,
+                                      ShardLayout shards, ShardOptions options) {
+  if (act != DType::kF32 && act != DType::kBF16) {
+    return invalid_argument("GPT parameters: the activation dtype must be f32 or bf16");
+  }
+  Params p;
+  p.layout_ = std::move(layout);
+  p.act_ = act;
+  TSR_RETURN_IF_ERROR(p.shard_state(device, std::move(shards), options));
+  return p;
+}
+
 Result<Params> Params::create(const hal::Device& device, ParamLayout layout, DType act) {
   if (act != DType::kF32 && act != DType::kBF16) {
     return invalid_argument("GPT parameters: the activation dtype must be f32 or bf16");
@@ -167,7 +180,6 @@ Result<Params> Params::create(const hal::Device& device, ParamLayout layout, DTy
   p.layout_ = std::move(layout);
   p.act_ = act;
   const size_t n = std::max<size_t>(p.layout_.total, 1);
-  p.capacity_ = p.layout_.total;
   TSR_ASSIGN_OR_RETURN(p.master_, device.allocate(n * sizeof(float)));
   TSR_ASSIGN_OR_RETURN(p.work_, device.allocate(n * hal::dtype_size(act)));
   TSR_ASSIGN_OR_RETURN(p.grad_, device.allocate(n * sizeof(float)));
@@ -180,19 +192,40 @@ float* Params::master(int index) const {
   return index < 0 ? nullptr : master_base() + layout_.at(index).offset;
 }
 float* Params::grad(int index) const {
-  return index < 0 ? nullptr : grad_base() + layout_.at(index).offset;
+  if (index < 0) return nullptr;
+  if (!sharded()) return grad_base() + layout_.at(index).offset;
+  const int unit = shards_.unit_of[size_t(index)];
+  float* base = grad_at_[size_t(unit)];
+  return base ? base + (layout_.at(index).offset - shards_.units[size_t(unit)].begin) : nullptr;
 }
 void* Params::work(int index) const {
   if (index < 0) return nullptr;
-  return static_cast<char*>(work_.data()) + layout_.at(index).offset * hal::dtype_size(act_);
+  const size_t esize = hal::dtype_size(act_);
+  if (!sharded()) return static_cast<char*>(work_.data()) + layout_.at(index).offset * esize;
+  const int unit = shards_.unit_of[size_t(index)];
+  char* base = work_at_[size_t(unit)];
+  return base ? base + (layout_.at(index).offset - shards_.units[size_t(unit)].begin) * esize
+              : nullptr;
 }
 
-Status Params::shard_state(const hal::Device& device, uint64_t shard_begin, uint64_t shard_size,
-                           uint64_t padded) {
-  if (shard_size == 0 || shard_begin + shard_size > padded || padded < layout_.total) {
-    return invalid_argument("Params::shard_state: shard [" + std::to_string(shard_begin) + ", +" +
-                            std::to_string(shard_size) + ") of " + std::to_string(padded) +
-                            " elements for " + std::to_string(layout_.total) + " parameters");
+float* Params::shard_grad(const ShardPiece& p) const {
+  if (shard_options_.grad) return grad_base() + p.at;
+  return grad_base() + shards_.padded_offset(layout_, p.tensor) + p.first;
+}
+void* Params::shard_work(const ShardPiece& p) const {
+  const size_t esize = hal::dtype_size(act_);
+  const uint64_t at =
+      shard_options_.work ? p.at : shards_.padded_offset(layout_, p.tensor) + p.first;
+  return static_cast<char*>(work_.data()) + at * esize;
+}
+
+Status Params::shard_state(const hal::Device& device, ShardLayout shards, ShardOptions options) {
+  if (shards.units.empty() || shards.unit_of.size() != layout_.specs.size() ||
+      shards.padded < layout_.total) {
+    return invalid_argument("Params::shard_state: " + std::to_string(shards.units.size()) +
+                            " units, " + std::to_string(shards.padded) + " padded elements for " +
+                            std::to_string(layout_.total) + " parameters in " +
+                            std::to_string(layout_.specs.size()) + " tensors");
   }
   // Release before allocating, so the full-size buffers are not held twice.
   master_ = {};
@@ -200,26 +233,57 @@ Status Params::shard_state(const hal::Device& device, uint64_t shard_begin, uint
   v_ = {};
   grad_ = {};
   work_ = {};
-  TSR_ASSIGN_OR_RETURN(master_, device.allocate(shard_size * sizeof(float)));
-  TSR_ASSIGN_OR_RETURN(m_, device.allocate(shard_size * sizeof(float)));
-  TSR_ASSIGN_OR_RETURN(v_, device.allocate(shard_size * sizeof(float)));
-  TSR_ASSIGN_OR_RETURN(grad_, device.allocate(padded * sizeof(float)));
-  TSR_ASSIGN_OR_RETURN(work_, device.allocate(padded * hal::dtype_size(act_)));
-  shard_begin_ = shard_begin;
-  shard_size_ = shard_size;
-  capacity_ = padded;
+  const uint64_t shard = std::max<uint64_t>(shards.shard, 1);
+  const size_t esize = hal::dtype_size(act_);
+  TSR_ASSIGN_OR_RETURN(master_, device.allocate(shard * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(m_, device.allocate(shard * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(v_, device.allocate(shard * sizeof(float)));
+  TSR_ASSIGN_OR_RETURN(grad_, device.allocate((options.grad ? shard : shards.padded) * 4));
+  TSR_ASSIGN_OR_RETURN(work_, device.allocate((options.work ? shard : shards.padded) * esize));
+  if (options.grad) {
+    TSR_ASSIGN_OR_RETURN(grad_scratch_, device.allocate(options.grad_scratch * sizeof(float)));
+  }
+  if (options.work) {
+    TSR_ASSIGN_OR_RETURN(work_scratch_, device.allocate(options.work_scratch * esize));
+  }
+  grad_at_.assign(shards.units.size(), nullptr);
+  work_at_.assign(shards.units.size(), nullptr);
+  for (size_t u = 0; u < shards.units.size(); ++u) {
+    const uint64_t at = shards.units[u].padded_begin;
+    if (!options.grad) grad_at_[u] = grad_base() + at;
+    if (!options.work) work_at_[u] = static_cast<char*>(work_.data()) + at * esize;
+  }
+  shards_ = std::move(shards);
+  shard_options_ = options;
   return Status();
 }
 
-// Sharded: master = the shard's slice; work = cast(full values) staged through the (padded,
-// f32) gradient buffer, which zero_grads() then clears.
-Status Params::upload_sharded(const hal::Stream& stream, std::vector<float> flat) const {
-  flat.resize(capacity_, 0.0f);
-  TSR_RETURN_IF_ERROR(upload(stream, grad_.data(), flat));
-  TSR_RETURN_IF_ERROR(stream.cast(work_.data(), act_, grad_.data(), DType::kF32, capacity_));
-  TSR_RETURN_IF_ERROR(
-      stream.copy(master_.data(), grad_base() + shard_begin_, shard_size_ * sizeof(float)));
+// Sharded: master = the rank's slices; the working copy = cast(values), whole (padded per unit)
+// or the rank's slices (zero 3). Whole units are staged in f32 through the gradient memory
+// (the whole gradient, or ZeRO-2's scratch, which holds any unit), cleared afterwards.
+Status Params::upload_sharded(const hal::Stream& stream, const std::vector<float>& flat) const {
+  std::vector<float> shard(shards_.shard, 0.0f);
+  float* staging = shard_options_.grad ? grad_scratch() : grad_base();
+  const size_t esize = hal::dtype_size(act_);
+  for (const ShardUnit& u : shards_.units) {
+    std::vector<float> padded(u.padded, 0.0f);
+    std::copy_n(flat.begin() + std::ptrdiff_t(u.begin), u.count, padded.begin());
+    std::copy_n(padded.begin() + std::ptrdiff_t(uint64_t(shards_.dp_rank) * u.slice), u.slice,
+                shard.begin() + std::ptrdiff_t(u.shard_at));
+    if (shard_options_.work) continue;
+    TSR_RETURN_IF_ERROR(upload(stream, staging, padded));
+    TSR_RETURN_IF_ERROR(stream.cast(static_cast<char*>(work_.data()) + u.padded_begin * esize, act_,
+                                    staging, DType::kF32, u.padded));
+  }
+  TSR_RETURN_IF_ERROR(upload(stream, master_.data(), shard));
+  if (shard_options_.work) {
+    TSR_RETURN_IF_ERROR(stream.cast(work_.data(), act_, master_.data(), DType::kF32, shard.size()));
+  }
   TSR_RETURN_IF_ERROR(zero_grads(stream));
+  // ZeRO-2/3 keep their gradient scratch zero while no unit is bound to it (zero.h).
+  if (grad_scratch_) {
+    TSR_RETURN_IF_ERROR(stream.memset(grad_scratch_.data(), 0, grad_scratch_.size()));
+  }
   return stream.synchronize();
 }
 
@@ -230,17 +294,17 @@ Status Params::init(const hal::Stream& stream, uint64_t seed) {
     const std::vector<float> local = shard_of(spec, full, layout_.tp_rank, layout_.tp_size);
     std::copy(local.begin(), local.end(), flat.begin() + std::ptrdiff_t(spec.offset));
   }
-  const size_t bytes = (sharded() ? shard_size_ : layout_.total) * sizeof(float);
+  const size_t bytes = (sharded() ? shards_.shard : layout_.total) * sizeof(float);
   TSR_RETURN_IF_ERROR(stream.memset(m_.data(), 0, bytes));
   TSR_RETURN_IF_ERROR(stream.memset(v_.data(), 0, bytes));
-  if (sharded()) return upload_sharded(stream, std::move(flat));
+  if (sharded()) return upload_sharded(stream, flat);
   TSR_RETURN_IF_ERROR(upload(stream, master_.data(), flat));
   TSR_RETURN_IF_ERROR(zero_grads(stream));
   return refresh_work(stream);
 }
 
 Status Params::zero_grads(const hal::Stream& stream) const {
-  return stream.memset(grad_.data(), 0, capacity_ * sizeof(float));
+  return stream.memset(grad_.data(), 0, grad_.size());
 }
 
 Status Params::refresh_work(const hal::Stream& stream) const {
@@ -257,6 +321,9 @@ Result<std::vector<float>> Params::download_master(const hal::Stream& stream) co
   return download<float>(stream, master_.data(), layout_.total);
 }
 Result<std::vector<float>> Params::download_grads(const hal::Stream& stream) const {
+  if (sharded()) {
+    return failed_precondition("Params::download_grads: the gradients are sharded over dp (ZeRO)");
+  }
   return download<float>(stream, grad_.data(), layout_.total);
 }
 Status Params::upload_master(const hal::Stream& stream, const std::vector<float>& values) const {

@@ -5,7 +5,8 @@
 //   grad    f32   gradients; accumulate across micro-batches, zeroed by zero_grads()
 //   m, v    f32   AdamW moments
 // One flat buffer per role makes the optimizer, clipping and the data-parallel allreduce one
-// span each; a tensor is an offset into it.
+// span each; a tensor is an offset into it. Under ZeRO (shard_state, zero.h) a buffer may hold
+// only this dp rank's shard, and grad() / work() of a tensor point wherever its unit is bound.
 //
 // Weights are stored as PyTorch does, row-major [out, in] (y = x W^T), so a column-parallel split
 // (QKV, gate, up, vocab-parallel embedding and head) takes contiguous rows of the full matrix and
@@ -79,6 +80,37 @@ struct ParamLayout {
   const ParamSpec& at(int index) const { return specs[size_t(index)]; }
 };
 
+// ZeRO's sharding of the flat buffers over dp (zero.h builds it). Tensors are grouped in units
+// the model uses together (the embedding, each block, the final norm and head); each unit is
+// padded to a multiple of dp and dp rank r owns the r-th slice of every unit, as FSDP shards its
+// flat parameters, so a unit's reduce-scatter or allgather is one collective. A rank's shard is
+// its slices, unit after unit.
+struct ShardUnit {
+  uint64_t begin = 0, count = 0;  // layout elements [begin, begin + count)
+  uint64_t slice = 0;             // ceil(count / dp): elements each rank owns (the last padded)
+  uint64_t padded_begin = 0;      // the unit in full-size buffers (slice * dp elements per unit)
+  uint64_t padded = 0;            // slice * dp
+  uint64_t shard_at = 0;          // this rank's slice in the shard buffers
+};
+// Tensor `tensor`'s elements [first, first + count) are this rank's, at shard element `at`.
+struct ShardPiece {
+  int tensor = -1;
+  uint64_t first = 0, count = 0, at = 0;
+};
+struct ShardLayout {
+  std::vector<ShardUnit> units;
+  std::vector<int> unit_of;        // the unit of each tensor
+  std::vector<ShardPiece> pieces;  // at most one per tensor (a tensor lies in one unit)
+  uint64_t shard = 0;              // elements per rank: the sum of the slices
+  uint64_t padded = 0;             // the sum of slice * dp
+  int dp_rank = 0, dp_size = 1;
+  // Tensor `index`'s first element in the padded full-size buffers.
+  uint64_t padded_offset(const ParamLayout& layout, int index) const {
+    const ShardUnit& u = units[size_t(unit_of[size_t(index)])];
+    return u.padded_begin + layout.at(index).offset - u.begin;
+  }
+};
+
 // The layout of `config` on tensor-parallel rank `tp_rank` of `tp_size`. INVALID_ARGUMENT naming
 // the size that tp does not divide (heads, kv_heads, ffn, vocab).
 Result<ParamLayout> make_layout(const GptConfig& config, int tp_rank, int tp_size);
@@ -117,30 +149,59 @@ class Params {
   Result<std::vector<float>> download_grads(const hal::Stream& stream) const;
   Status upload_master(const hal::Stream& stream, const std::vector<float>& values) const;
 
-  // ZeRO (zero.h): keep master, m and v only for the flat elements [shard_begin, shard_begin +
-  // shard_size) and grow grad and work to `padded` (shard_size * dp) elements so that the dp
-  // reduce-scatter and allgather run in place. Reallocates the buffers: call before init().
+  // ZeRO (zero.h): keep master, m and v only for this rank's shard (`shards.shard` elements) and,
+  // per `options`, the gradient and the working copy too; the full-size buffers that stay are
+  // padded per unit (ShardLayout::padded). Reallocates the buffers: call before init().
   // Afterwards master(), refresh_work() and download_master() refuse (the trainer gathers).
-  Status shard_state(const hal::Device& device, uint64_t shard_begin, uint64_t shard_size,
-                     uint64_t padded);
-  bool sharded() const { return shard_size_ > 0; }
-  uint64_t shard_begin() const { return shard_begin_; }
-  uint64_t shard_size() const { return shard_size_; }
+  struct ShardOptions {
+    bool grad = false;          // zero >= 2: grad holds the shard, plus a full-size scratch
+    bool work = false;          // zero 3: work holds the shard, plus gather slots
+    uint64_t grad_scratch = 0;  // f32 elements (units are bound into it while reduced)
+    uint64_t work_scratch = 0;  // act elements (units are bound into it while gathered)
+  };
+  Status shard_state(const hal::Device& device, ShardLayout shards, ShardOptions options);
+  // create() then shard_state() without ever holding the whole buffers.
+  static Result<Params> create_sharded(const hal::Device& device, ParamLayout layout, DType act,
+                                       ShardLayout shards, ShardOptions options);
+  bool sharded() const { return !shards_.units.empty(); }
+  const ShardLayout& shards() const { return shards_; }
+  const ShardOptions& shard_options() const { return shard_options_; }
+  // Where piece p of this rank's shard has its (reduced) gradient and its working copy: the
+  // shard buffers, or the piece's place in the full-size ones.
+  float* shard_grad(const ShardPiece& p) const;
+  void* shard_work(const ShardPiece& p) const;
+  float* grad_scratch() const { return static_cast<float*>(grad_scratch_.data()); }
+  void* work_scratch() const { return work_scratch_.data(); }
+  // Unit u's gradient / working copy lives at `base` (its padded region: slice * dp elements);
+  // nullptr: nowhere now. grad() and work() of its tensors point there. Full-size buffers are
+  // bound once by shard_state; ZeRO-2/3 rebind scratch (zero.h).
+  void bind_grad(int unit, float* base) { grad_at_[size_t(unit)] = base; }
+  void bind_work(int unit, void* base) { work_at_[size_t(unit)] = static_cast<char*>(base); }
+  float* unit_grad(int unit) const { return grad_at_[size_t(unit)]; }
+  void* unit_work(int unit) const { return work_at_[size_t(unit)]; }
   // Device bytes held per role (the trainer's memory accounting).
   struct Bytes {
     uint64_t master = 0, work = 0, grad = 0, m = 0, v = 0;
     uint64_t total() const { return master + work + grad + m + v; }
   };
-  Bytes bytes() const { return {master_.size(), work_.size(), grad_.size(), m_.size(), v_.size()}; }
+  // Scratch counts with its role: work includes ZeRO-3's gather slots, grad ZeRO-2's scratch.
+  Bytes bytes() const {
+    return {master_.size(), work_.size() + work_scratch_.size(),
+            grad_.size() + grad_scratch_.size(), m_.size(), v_.size()};
+  }
 
  private:
   ParamLayout layout_;
   DType act_ = DType::kF32;
   hal::DeviceBuffer master_, work_, grad_, m_, v_;
-  Status upload_sharded(const hal::Stream& stream, std::vector<float> flat) const;
+  Status upload_sharded(const hal::Stream& stream, const std::vector<float>& flat) const;
 
-  uint64_t shard_begin_ = 0, shard_size_ = 0;  // shard_size_ 0: not sharded
-  uint64_t capacity_ = 0;                      // elements of grad and work (>= layout total)
+  // Sharded (zero.h): the buffers' layout and the unit bindings of grad() and work().
+  ShardLayout shards_;
+  ShardOptions shard_options_;
+  hal::DeviceBuffer grad_scratch_, work_scratch_;
+  std::vector<float*> grad_at_;
+  std::vector<char*> work_at_;
 };
 
 // Synchronous host <-> device copies of a vector (through the stream, the CPU never touches the

@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <string>
 
+#include "memory_report.h"
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
 #include "tessera/hal/hal.h"
+#include "tessera/ir/loaders.h"
 #include "trainer.h"
 
 namespace tessera::gpt {
@@ -28,6 +30,7 @@ struct CliOptions {
   int tp = 1;
   int dp = 0;                // 0: world / (tp * pp)
   int pp = 1;                // pipeline stages (1F1B, pipeline.h)
+  int ep = 1;                // expert parallelism, carved from dp (ep.h)
   int64_t decay_steps = -1;  // -1: steps
   std::string act = "bf16";
   std::string grad_comm = "f32";
@@ -58,14 +61,16 @@ Status run(CliOptions o) {
     TSR_ASSIGN_OR_RETURN(world, coll::Communicator::create(bootstrap, device));
   }
   const int dp = o.dp > 0 ? o.dp : info.size / std::max(o.tp * o.pp, 1);
-  TSR_ASSIGN_OR_RETURN(ParallelGroups groups, make_groups(world, o.tp, dp, o.pp));
+  TSR_ASSIGN_OR_RETURN(ParallelGroups groups, make_groups(world, o.tp, dp, o.pp, o.ep));
   TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(device, config, kernels, groups, o.train));
   TSR_RETURN_IF_ERROR(trainer->init(stream));
+  // The steps' high-water mark apart from the set-up's (memory_report.h).
+  const uint64_t setup_peak = device.memory_stats().peak;
+  device.reset_peak();
   const bool print = info.rank == 0;
   if (print) {
     const GptModel& model = trainer->model();
-    const uint64_t param_bytes =
-        model.params().layout().total * (4 * sizeof(float) + hal::dtype_size(o.train.act));
+    const uint64_t param_bytes = model.params().bytes().total();  // sharded under ZeRO
     std::printf(
         "%s on %s (%s kernels), tp %d x dp %d, %lld x %lld tokens x %lld micro-batches per "
         "rank, act %s%s; loss floor %.3f nats\n"
@@ -99,6 +104,16 @@ Status run(CliOptions o) {
       std::fflush(stdout);
     }
   }
+  // Every rank: its allocator high-water mark beside the planner's prediction for its stage.
+  TSR_ASSIGN_OR_RETURN(const ir::Model ir_model, ir::load_model(o.config));
+  TSR_ASSIGN_OR_RETURN(
+      const plan::MemoryBreakdown predicted,
+      predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank()));
+  const MemoryComparison memory =
+      compare_memory(trainer->memory(), device.memory_stats().peak, setup_peak, predicted);
+  const std::string report = memory_report_text(memory, info.rank);
+  std::fputs(print ? report.c_str() : report.substr(0, report.find('\n') + 1).c_str(), stdout);
+  std::fflush(stdout);
   if (world) TSR_RETURN_IF_ERROR(world->barrier());
   return Status();
 }
@@ -114,6 +129,7 @@ int main(int argc, char** argv) {
   app.add_option("--tp", o.tp, "tensor-parallel degree");
   app.add_option("--dp", o.dp, "data-parallel degree (default: world / (tp * pp))");
   app.add_option("--pp", o.pp, "pipeline stages, 1F1B (dense untied models; needs --clip-norm 0)");
+  app.add_option("--ep", o.ep, "expert parallelism: experts sharded over ep of the dp ranks (MoE)");
   app.add_option("--clip-norm", o.train.adamw.clip_norm, "gradient clipping norm (<= 0: none)");
   app.add_option("--micro-batch", o.train.micro_batch, "sequences per micro-batch per rank");
   app.add_option("--seq", o.train.seq, "tokens per sequence");
@@ -122,7 +138,7 @@ int main(int argc, char** argv) {
   app.add_option("--grad-comm", o.grad_comm, "dp gradient allreduce dtype: f32 or bf16");
   app.add_flag("--recompute", o.train.recompute, "full activation recomputation");
   app.add_option("--zero", o.train.zero,
-                 "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradient reduce-scatter)");
+                 "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradients), 3 (+ weights)");
   app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");
   app.add_option("--warmup", o.train.adamw.warmup_steps, "linear learning-rate warmup steps");
   app.add_option("--decay-steps", o.decay_steps,

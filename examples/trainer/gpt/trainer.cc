@@ -1,5 +1,7 @@
 #include "trainer.h"
 
+#include "ep.h"
+
 namespace tessera::gpt {
 
 GptTrainer::GptTrainer(std::unique_ptr<GptModel> model, AdamW adamw, TrainOptions options,
@@ -21,20 +23,26 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
   if (options.grad_comm != DType::kF32 && options.grad_comm != DType::kBF16) {
     return invalid_argument("GPT trainer: grad_comm must be f32 or bf16");
   }
+  // Before the model (which shards its buffers for options.zero): what ZeRO cannot shard yet.
+  if (options.zero > 0 && groups.ep_size() > 1) {
+    // Under ep the expert tensors leave their blocks' units (ep.h).
+    return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
+                            " with expert parallelism ep " + std::to_string(groups.ep_size()) +
+                            " is not supported yet (the shards would cut across expert groups)");
+  }
+  if (options.zero >= 2 && groups.pp_size() > 1) {
+    return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
+                            " with pipeline parallelism pp " + std::to_string(groups.pp_size()) +
+                            " is not supported yet (zero 1 is)");
+  }
+  if (options.zero > 0 && options.grad_comm != DType::kF32) {
+    return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
+                            " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
+  }
   TSR_ASSIGN_OR_RETURN(
       std::unique_ptr<GptModel> model,
       GptModel::create(device, config, std::move(kernels), std::move(groups), options.act,
-                       options.micro_batch, options.seq, options.recompute));
-  TSR_ASSIGN_OR_RETURN(ZeroPlan zero,
-                       make_zero_plan(options.zero, model->params().layout().total,
-                                      model->groups().dp_rank(), model->groups().dp_size()));
-  if (zero.level > 0) {
-    if (options.grad_comm != DType::kF32) {
-      return invalid_argument("GPT trainer: zero=" + std::to_string(zero.level) +
-                              " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
-    }
-    TSR_RETURN_IF_ERROR(model->params().shard_state(device, zero.begin, zero.shard, zero.padded));
-  }
+                       options.micro_batch, options.seq, options.recompute, options.zero));
   TSR_ASSIGN_OR_RETURN(AdamW adamw, AdamW::create(device, model->params().layout(), options.adamw));
   TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer scalars, device.allocate(2 * sizeof(double)));
   hal::DeviceBuffer wire;
@@ -43,7 +51,6 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
   }
   auto trainer = std::unique_ptr<GptTrainer>(new GptTrainer(
       std::move(model), std::move(adamw), options, std::move(scalars), std::move(wire)));
-  trainer->zero_ = zero;
   if (trainer->model_->groups().pp_size() > 1) {
     // AdamW's norm covers this stage's tensors only: clipping would differ between stages.
     if (options.adamw.clip_norm > 0) {
@@ -84,13 +91,13 @@ Status GptTrainer::allreduce_grads(const hal::Stream& s) {
   const ParallelGroups& g = model_->groups();
   const Params& params = model_->params();
   const uint64_t n = params.layout().total;
-  if (zero_.level > 0) return reduce_gradients(zero_, g, s, params);
+  if (ZeroEngine* zero = model_->zero()) return zero->reduce(s);
   if (!wire_) {
-    return allreduce_on(g.dp, s, params.grad_base(), n, DType::kF32, ReduceOp::kSum, "gradients");
+    return allreduce_gradients(g, s, params.layout(), params.grad_base(), DType::kF32, "gradients");
   }
   TSR_RETURN_IF_ERROR(s.cast(wire_.data(), DType::kBF16, params.grad_base(), DType::kF32, n));
   TSR_RETURN_IF_ERROR(
-      allreduce_on(g.dp, s, wire_.data(), n, DType::kBF16, ReduceOp::kSum, "bf16 gradients"));
+      allreduce_gradients(g, s, params.layout(), wire_.data(), DType::kBF16, "bf16 gradients"));
   return s.cast(params.grad_base(), DType::kF32, wire_.data(), DType::kBF16, n);
 }
 
@@ -121,7 +128,7 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
   }
   TSR_RETURN_IF_ERROR(allreduce_grads(s));
   TSR_ASSIGN_OR_RETURN(double norm, adamw_.step(s, params, model_->kernels(), g));
-  if (zero_.level > 0) TSR_RETURN_IF_ERROR(gather_work(zero_, g, s, params));
+  if (ZeroEngine* zero = model_->zero()) TSR_RETURN_IF_ERROR(zero->finish_step(s));
   TSR_RETURN_IF_ERROR(s.synchronize());
   const double n = double(options_.micro_batches);
   TSR_ASSIGN_OR_RETURN(std::vector<double> mean, dp_mean(s, {loss / n, xent / n}));
@@ -131,8 +138,8 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
 
 Result<std::vector<float>> GptTrainer::download_master(const hal::Stream& stream) const {
   const Params& params = model_->params();
-  if (zero_.level == 0) return params.download_master(stream);
-  return gather_master(zero_, model_->groups(), *device_, stream, params);
+  if (!model_->zero()) return params.download_master(stream);
+  return model_->zero()->gather_master(*device_, stream);
 }
 
 GptTrainer::Memory GptTrainer::memory() const {

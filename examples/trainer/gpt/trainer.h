@@ -32,7 +32,8 @@ struct TrainOptions {
   // gradients are rounded to bf16 before the sum and the sum is widened back).
   DType grad_comm = DType::kF32;
   // ZeRO stage over dp (zero.h): 0 none, 1 optimizer state (master, m, v) sharded, 2 also the
-  // gradient reduce-scattered; 3 is refused. f32 gradient communication only.
+  // gradients (reduce-scattered per unit as the backward finishes it), 3 also the working
+  // weights (gathered per unit before use). f32 gradient communication only; 2 and 3 not with pp.
   int zero = 0;
   AdamWOptions adamw;
 };
@@ -58,7 +59,8 @@ class GptTrainer {
   GptModel& model() { return *model_; }
   const MarkovCorpus& corpus() const { return corpus_; }
   const TrainOptions& options() const { return options_; }
-  const ZeroPlan& zero() const { return zero_; }
+  // The ZeRO plan (level 0 when options.zero is 0).
+  const ZeroPlan& zero() const { return model_->zero() ? model_->zero()->plan() : no_zero_; }
   // The whole master weights (gathered over dp under ZeRO). Synchronous.
   Result<std::vector<float>> download_master(const hal::Stream& stream) const;
 
@@ -85,7 +87,7 @@ class GptTrainer {
   MarkovCorpus corpus_;
   hal::DeviceBuffer scalars_;  // f64 [2]: losses averaged over dp
   hal::DeviceBuffer wire_;     // bf16 gradients for the dp allreduce (grad_comm kBF16 only)
-  ZeroPlan zero_;
+  ZeroPlan no_zero_;           // zero(): level 0
   std::unique_ptr<Pipeline> pipeline_;   // pp > 1: the 1F1B schedule (pipeline.h)
   const hal::Device* device_ = nullptr;  // for gather_master's temporary
   int64_t step_ = 0;

@@ -1,22 +1,43 @@
-// ZeRO over the data-parallel group for the flat parameter buffers (params.h). The flat layout of
-// `total` elements is padded to `shard * dp` and dp rank r owns elements [r * shard, (r+1) *
-// shard):
-//   zero 0  every rank holds master, m, v (f32) for all elements; gradients allreduced
-//   zero 1  master, m, v only for the rank's shard (1/dp of them); gradients allreduced (every
-//           rank keeps the whole reduced gradient), AdamW on the shard, the working copy
-//           allgathered
-//   zero 2  as zero 1, but the gradient is reduce-scattered: each rank receives only its
-//           shard's sum (half the allreduce's traffic). The gradient *buffer* stays whole: the
-//           backward accumulates every tensor's gradient into the flat buffer across
-//           micro-batches, so the unreduced parts are needed until the last micro-batch ends.
-//           Freeing reduced buckets needs per-bucket gradient storage inside GptModel's backward.
-//   zero 3  refused (parameters sharded and gathered per block needs GptModel to gather before
-//           each block's use).
-// Collectives run in place on the caller's stream. Not thread-safe.
+// ZeRO over the data-parallel group for the flat parameter buffers (params.h). The tensors are
+// grouped in units the model uses together — the embedding (wte, wpe), each block, the final norm
+// with the head — and each unit is sharded as FSDP shards a flat parameter: padded to a multiple
+// of dp, dp rank r owns its r-th slice (ShardLayout). What each level keeps per rank:
+//   zero 0  everything whole; the gradients allreduced after the backward
+//   zero 1  master, m, v: the rank's slices (1/dp); gradient and working copy whole. The gradient
+//           is allreduced, AdamW updates the slices, and every unit's working copy is
+//           allgathered in place
+//   zero 2  as 1, and the gradient too: the backward binds each part's gradient (below) to a
+//           full-size scratch (kept zero) as it reaches the part, and as soon as the part's
+//           backward is done reduce-scatters it in place, adds the rank's slice into the
+//           persistent shard-sized gradient and clears the scratch for the next part. The
+//           unsharded gradient exists only for the part in flight: grad bytes = (shard +
+//           largest part) * 4. Gradient accumulation reduces after every micro-batch (no
+//           full-size gradient lives across micro-batches; DeepSpeed's ZeRO-2 does the same): the
+//           sum equals zero 1's up to f32 rounding order
+//   zero 3  as 2, and the working copy too: AdamW writes the rank's slices; before a part's
+//           forward (and again before its backward or recomputation) its units are allgathered
+//           into a gather slot, which the part's next use takes as it is if the slot was not
+//           reused meanwhile (the turn from forward to backward, the next micro-batch's start);
+//           after AdamW every slot is stale. Prefetch (two slots): as soon as the current part is
+//           resident, the next part in walk order is gathered into the other slot, before the
+//           current part's compute is queued; on one stream this only orders the gather earlier
+//           (a communication stream would overlap it). Two slots are used where they still hold
+//           less than the whole working copy, else one: work bytes = (shard + slots * largest
+//           part) * act size
+// The parts are what the model uses at once: the embedding; each block; the head (the final
+// norm's unit, with the embedding's unit when the embedding is tied: its gradient is then reduced
+// twice per micro-batch, after the head's backward and after the embedding's).
+// Refused by name: levels outside 0..3; zero 2/3 with pipeline parallelism (the 1F1B schedule
+// interleaves micro-batches' backwards: not verified); zero >= 1 with expert parallelism (expert
+// tensors reduce over another group) and with bf16 gradients on the wire (trainer.cc).
+// Collectives run on the caller's stream (coll orders them with its other work). Not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "kernels.h"
 #include "parallel.h"
 #include "params.h"
 
@@ -24,28 +45,64 @@ namespace tessera::gpt {
 
 struct ZeroPlan {
   int level = 0;
-  uint64_t shard = 0;   // elements per dp rank (0 when level is 0)
-  uint64_t begin = 0;   // this rank's first element
-  uint64_t padded = 0;  // shard * dp >= total
+  ShardLayout shards;  // level >= 1
+  // The units of each part: [0] the embedding, [1 + l] block l, [layers + 1] the head; empty
+  // where this rank has no such part (pipeline stages).
+  std::vector<std::vector<int>> parts;
+  uint64_t largest = 0;  // padded elements of the largest part (the scratch a part needs)
+  int slots = 0;         // zero 3: gather slots of `largest` elements (2: prefetch)
+  uint64_t shard() const { return shards.shard; }
+  // The scratch Params::shard_state allocates for this plan.
+  Params::ShardOptions options() const;
 };
 
-// The plan for `level` on dp rank `dp_rank` of `dp_size`; INVALID_ARGUMENT naming `zero` for
-// levels other than 0, 1, 2.
-Result<ZeroPlan> make_zero_plan(int level, uint64_t total, int dp_rank, int dp_size);
+// The plan for `level` over `layout` on dp rank `dp_rank` of `dp_size` for a model of `layers`
+// blocks. INVALID_ARGUMENT naming `zero` for levels outside 0..3; INTERNAL where the layout does
+// not keep each unit's tensors contiguous.
+Result<ZeroPlan> make_zero_plan(int level, const ParamLayout& layout, int64_t layers, int dp_rank,
+                                int dp_size);
 
-// zero 1: allreduce of the whole padded gradient; zero 2: reduce-scatter (rank r's shard sum lands
-// at its own place in the flat buffer). f32 sums.
-Status reduce_gradients(const ZeroPlan& plan, const ParallelGroups& groups,
-                        const hal::Stream& stream, const Params& params);
+// Which part of the model a hook is about, and which way the model walks (for the prefetch).
+enum class Part { kEmbed, kBlock, kHead };
+enum class Pass { kForward, kBackward };
 
-// After the sharded AdamW step: every rank's shard of the working copy to every rank.
-Status gather_work(const ZeroPlan& plan, const ParallelGroups& groups, const hal::Stream& stream,
-                   const Params& params);
+// The ZeRO step around the model's forward and backward on one rank. GptModel calls use(),
+// grads_begin() and grads_end() around each part (no-ops at levels that do not need them); the
+// trainer calls reduce() after the backward and finish_step() after AdamW.
+class ZeroEngine {
+ public:
+  ZeroEngine(ZeroPlan plan, ParallelGroups groups, Params& params, GptKernels kernels);
 
-// The whole master (layout total elements) gathered from the dp ranks' shards into a temporary
-// device buffer and read back (synchronous; for tests and checkpoints).
-Result<std::vector<float>> gather_master(const ZeroPlan& plan, const ParallelGroups& groups,
-                                         const hal::Device& device, const hal::Stream& stream,
-                                         const Params& params);
+  const ZeroPlan& plan() const { return plan_; }
+  // zero 3: make the working weights of (part, layer) resident, then prefetch the next part
+  // of `pass` into the other slot.
+  Status use(const hal::Stream& s, Part part, int layer, Pass pass);
+  // zero >= 2: bind (part, layer)'s gradients to the zeroed scratch before its backward.
+  Status grads_begin(Part part, int layer);
+  // zero >= 2: the backward of (part, layer) is done: reduce-scatter its gradients into the
+  // shard and clear the scratch.
+  Status grads_end(const hal::Stream& s, Part part, int layer);
+  // After the micro-batches: zero 1 allreduces the whole gradient (zero 2/3 reduced already).
+  Status reduce(const hal::Stream& s);
+  // After AdamW: zero 1/2 allgather every unit's working copy in place; zero 3 forgets what it
+  // gathered (the slices changed).
+  Status finish_step(const hal::Stream& s);
+  // The whole master weights (layout order) gathered over dp and read back. Synchronous.
+  Result<std::vector<float>> gather_master(const hal::Device& device, const hal::Stream& s) const;
+
+ private:
+  int part_of(Part part, int layer) const;
+  int next_part(int part, Pass pass) const;
+  // Makes `part` resident in a gather slot (gathering unless a slot holds it); never evicts
+  // `keep`.
+  Status gather(const hal::Stream& s, int part, int keep);
+  Status reduce_unit(const hal::Stream& s, int unit);
+
+  ZeroPlan plan_;
+  ParallelGroups groups_;
+  Params* params_;
+  GptKernels kernels_;
+  std::vector<int> slot_part_;  // zero 3: the part each gather slot holds (-1: none)
+};
 
 }  // namespace tessera::gpt
