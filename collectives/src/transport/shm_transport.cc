@@ -309,7 +309,8 @@ Status receive_single_copy(P2P& op, const SlotHeader& slot, int my_rank, size_t 
 void receive_chunk(P2P& op, const char* data, size_t bytes) {
   if (bytes > 0) {
     char* dst = static_cast<char*>(op.dst) + op.moved;
-    const char* local = static_cast<const char*>(op.src) + op.moved;
+    // A plain receive has no source (null): no arithmetic on it.
+    const char* local = op.src ? static_cast<const char*>(op.src) + op.moved : nullptr;
     // Large chunks go out with streaming stores, which skip reading the destination lines
     // first; an in-place reduction's destination is already in cache, so it stays ordinary.
     // (Messages that fit in cache keep their result there: the next step, the allgather of a
