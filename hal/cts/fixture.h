@@ -88,7 +88,8 @@ void register_generated_test(const char* suite, const std::string& name, const c
 
 // TEST_F that also declares the optional entries the test calls, by field name:
 //   CTS_TEST(Memory, RegistersHostMemory, "host_register", "host_unregister") { ... }
-#define CTS_TEST(fixture, name, ...)                                           \
-  [[maybe_unused]] static const bool TSR_CTS_CONCAT_(cts_entries_, __LINE__) = \
+// __COUNTER__, not __LINE__: in a unity batch two files may hold a CTS_TEST on the same line.
+#define CTS_TEST(fixture, name, ...)                                              \
+  [[maybe_unused]] static const bool TSR_CTS_CONCAT_(cts_entries_, __COUNTER__) = \
       ::tessera::cts::declare_entries(#fixture "." #name, {__VA_ARGS__});      \
   TEST_F(fixture, name)

@@ -261,7 +261,9 @@ TEST(Kill, SigkillOfOneOrAllRanksAtRandomMomentsNeverBreaksTheLastCommittedCheck
 class KillAtPointTest : public ::testing::TestWithParam<std::tuple<FaultPoint, bool>> {};
 
 TEST_P(KillAtPointTest, TheLastCommittedCheckpointSurvives) {
-  const auto [point, all] = GetParam();
+  // Copies, not structured bindings: lambdas capture these (clang 14 cannot capture a binding).
+  const FaultPoint point = std::get<0>(GetParam());
+  const bool all = std::get<1>(GetParam());
   const bool shard_point = point == FaultPoint::kMidShard || point == FaultPoint::kAfterShards;
   const int victim = shard_point ? 1 : 0;  // rank 0 alone reaches the commit points
   // The second save is killed; garbage collection first deletes something at the second save.

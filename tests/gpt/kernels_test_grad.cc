@@ -113,7 +113,9 @@ TEST_F(GptGradients, NormGradientsMatchFiniteDifferences) {
 
 TEST_F(GptGradients, AttentionGradientsMatchFiniteDifferencesForMhaAndGqa) {
   const size_t batch = 2, seq = 4, head_dim = 4;
-  for (auto [heads, kv_heads] : {std::pair<size_t, size_t>{2, 2}, {4, 2}}) {
+  for (auto shape : {std::pair<size_t, size_t>{2, 2}, {4, 2}}) {
+    // Named copies, not structured bindings: the lambdas below capture them (clang 14 cannot).
+    const size_t heads = shape.first, kv_heads = shape.second;
     SCOPED_TRACE("heads " + std::to_string(heads) + " kv_heads " + std::to_string(kv_heads));
     const size_t q_size = batch * seq * heads * head_dim,
                  kv_size = batch * seq * kv_heads * head_dim;

@@ -39,7 +39,7 @@ StepFlops step_flops(const ir::Model& model, const Workload& w) {
 StageModel::StageModel(const ir::Model& model, const ClusterSpec& cluster, const Workload& w,
                        const Plan& plan, const ShapeCosts& costs, const StepFlops& flops,
                        const CostOptions& options)
-    : plan_(plan), model_(&model), options_(options), flops_(flops), costs_(&costs) {
+    : plan_(plan), options_(options), flops_(flops), costs_(&costs) {
   devices_ = cluster.devices();
   tokens_per_step_ = static_cast<double>(w.global_batch) * static_cast<double>(w.seq_len);
   peak_ = cluster.device.peak_flops(w.dtype);

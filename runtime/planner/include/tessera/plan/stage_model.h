@@ -49,7 +49,6 @@ class StageModel {
   double in_flight(int stage) const;
 
   Plan plan_;
-  const ir::Model* model_;
   CostOptions options_;
   StepFlops flops_;
   const ShapeCosts* costs_;       // not owned; must outlive this
