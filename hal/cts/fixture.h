@@ -91,5 +91,5 @@ void register_generated_test(const char* suite, const std::string& name, const c
 // __COUNTER__, not __LINE__: in a unity batch two files may hold a CTS_TEST on the same line.
 #define CTS_TEST(fixture, name, ...)                                              \
   [[maybe_unused]] static const bool TSR_CTS_CONCAT_(cts_entries_, __COUNTER__) = \
-      ::tessera::cts::declare_entries(#fixture "." #name, {__VA_ARGS__});      \
+      ::tessera::cts::declare_entries(#fixture "." #name, {__VA_ARGS__});         \
   TEST_F(fixture, name)
