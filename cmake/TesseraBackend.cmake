@@ -14,7 +14,7 @@ function(tessera_add_backend name)
     C_VISIBILITY_PRESET hidden
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  tessera_link_no_undefined(${target})
   tessera_target_defaults(${target})
   install(TARGETS ${target} LIBRARY DESTINATION ${TESSERA_INSTALL_BACKEND_DIR})
   set(TESSERA_BUILT_BACKENDS "${TESSERA_BUILT_BACKENDS};${name}" CACHE INTERNAL "")

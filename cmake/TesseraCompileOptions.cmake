@@ -5,20 +5,54 @@ function(tessera_target_defaults target)
     $<$<AND:$<BOOL:${TESSERA_WERROR}>,$<COMPILE_LANGUAGE:C,CXX>>:-Werror>)
 endfunction()
 
+# Shared libraries link with --no-undefined, so that a missing symbol fails the build rather than
+# a later dlopen. Not under clang's sanitizers: clang leaves the sanitizer runtime out of shared
+# libraries (the executable that loads them brings it), so their __asan_*, __ubsan_* and coverage
+# references are undefined by design.
+function(tessera_link_no_undefined target)
+  if(TESSERA_SANITIZE AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    return()
+  endif()
+  target_link_options(${target} PRIVATE "LINKER:--no-undefined")
+endfunction()
+
 if(TESSERA_SANITIZE)
   string(REPLACE ";" "," _tsr_san "${TESSERA_SANITIZE}")
   add_compile_options(-fsanitize=${_tsr_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${_tsr_san})
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND "undefined" IN_LIST TESSERA_SANITIZE)
+    # Two of clang's UBSan checks (gcc has neither in this form) flag what a C ABI does by design:
+    # `enum`, a C caller passing any int as an ABI enum (the CTS passes dtype 99 to check that the
+    # backend refuses it); `function`, the CUDA-shaped backends calling dlsym'd vendor entry points
+    # through their own declarations, equal in ABI but not in C++ type.
+    add_compile_options(-fno-sanitize=enum,function)
+  endif()
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # A C program linked by clang gets the C half of UBSan only, while the C++ libraries it links
+    # (libtessera.so) call the C++ half's handlers (vptr, function type), which need libstdc++.
+    add_link_options("$<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime;-lstdc++>")
+  endif()
   message(STATUS "Tessera: sanitizers ${_tsr_san}")
 endif()
 
 # Every project library of a fuzz build carries libFuzzer's coverage instrumentation; the fuzz
-# executables link the fuzzer itself (tests/fuzz/CMakeLists.txt).
+# executables link the fuzzer itself (tests/fuzz/CMakeLists.txt). TESSERA_FUZZ_COVERAGE picks how
+# much: `full` (the `fuzz` preset, for long runs: edges plus comparison tracing, which lets the
+# fuzzer solve magic values and lengths) or `edges` (the `asan` preset, whose tree CI both tests
+# and fuzzes briefly: edge counters only, which cost the test suite little).
+set(TESSERA_FUZZ_COVERAGE "full" CACHE STRING "Coverage for TESSERA_FUZZ builds: full or edges")
+set_property(CACHE TESSERA_FUZZ_COVERAGE PROPERTY STRINGS full edges)
 if(TESSERA_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    message(FATAL_ERROR "TESSERA_FUZZ needs clang (cmake --preset fuzz sets clang++-14)")
+    message(FATAL_ERROR "TESSERA_FUZZ needs clang (the fuzz and asan presets set clang++-14)")
   endif()
-  add_compile_options(-fsanitize=fuzzer-no-link)
+  if(TESSERA_FUZZ_COVERAGE STREQUAL "full")
+    add_compile_options(-fsanitize=fuzzer-no-link)
+  elseif(TESSERA_FUZZ_COVERAGE STREQUAL "edges")
+    add_compile_options(-fsanitize-coverage=inline-8bit-counters,pc-table)
+  else()
+    message(FATAL_ERROR "TESSERA_FUZZ_COVERAGE is '${TESSERA_FUZZ_COVERAGE}': full or edges")
+  endif()
 endif()
 
 # Unity (jumbo) builds for the targets whose files each spend most of their compile time on the

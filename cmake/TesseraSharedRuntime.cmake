@@ -21,7 +21,8 @@ add_library(tessera_runtime_shared SHARED ${PROJECT_SOURCE_DIR}/runtime/c_api/sr
 # Every object of the archives, not only those the anchor file references; then the archives again
 # as ordinary libraries, which brings their own dependencies (and finds nothing left to pull).
 target_link_options(tessera_runtime_shared PRIVATE "LINKER:--whole-archive"
-                    ${_tsr_runtime_archives} "LINKER:--no-whole-archive" "LINKER:--no-undefined")
+                    ${_tsr_runtime_archives} "LINKER:--no-whole-archive")
+tessera_link_no_undefined(tessera_runtime_shared)
 target_link_libraries(tessera_runtime_shared PRIVATE ${_tsr_runtime_present})
 target_include_directories(tessera_runtime_shared INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/common/include>

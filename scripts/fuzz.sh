@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan) and runs each for a bounded
-# time over its seeds (tests/fuzz/corpus/<target>) and regressions (tests/fuzz/regressions/<target>).
-# New interesting inputs go to build-fuzz/corpus/<target>, crashes to build-fuzz/artifacts/<target>/;
-# the script exits 1 when any target found one (copy it into tests/fuzz/regressions/<target>/ once
-# fixed: ctest replays it in every preset). See tests/fuzz/README.md.
+# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan, full coverage with
+# comparison tracing) and runs each for a bounded time over its seeds (tests/fuzz/corpus/<target>)
+# and regressions (tests/fuzz/regressions/<target>). New interesting inputs go to
+# <build>/corpus/<target>, crashes to <build>/artifacts/<target>/; the script exits 1 when any
+# target found one (copy it into tests/fuzz/regressions/<target>/ once fixed: ctest replays it in
+# every preset). See tests/fuzz/README.md.
 #
-# Usage: scripts/fuzz.sh [--time SECONDS] [--no-build] [target...]
-#   --time S     seconds per target (default 60)
-#   --no-build   use build-fuzz as it is
-#   target       some of the targets (default: every one this build has)
+# Usage: scripts/fuzz.sh [--time SECONDS] [--no-build] [--build-dir DIR] [target...]
+#   --time S         seconds per target (default 60)
+#   --no-build       use the build tree as it is
+#   --build-dir DIR  fuzz the targets of another clang tree built with TESSERA_FUZZ (CI: build-asan,
+#                    whose edge-only coverage suits its short runs); implies --no-build
+#   target           some of the targets (default: every one this build has)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
 build=1
+out=build-fuzz
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) seconds="${2:?--time needs seconds}"; shift 2 ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --build-dir) out="${2:?--build-dir needs a directory}"; build=0; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -30,7 +35,10 @@ if [ "$build" = 1 ]; then
   cmake --preset fuzz >/dev/null
   cmake --build --preset fuzz
 fi
-out=build-fuzz
+if [ ! -f "$out/fuzz/targets.txt" ]; then
+  echo "fuzz.sh: $out has no fuzz targets (fuzz/targets.txt): build it with TESSERA_FUZZ=ON" >&2
+  exit 2
+fi
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < "$out/fuzz/targets.txt"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine, builds, and runs the whole test suite: the default build, then again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded parts under ThreadSanitizer.
-# Last, every fuzz target (tests/fuzz) runs a few seconds under libFuzzer + ASan + UBSan.
+# The ASan tree (clang) also holds the fuzz targets (tests/fuzz): after its tests, each runs a few
+# seconds under libFuzzer + ASan + UBSan.
 #
 # While one preset's tests run, the next preset's tree is built at the lowest CPU priority
 # (nice 19): the tests spend much of their time waiting on other processes (ranks, launchers,
@@ -61,14 +62,11 @@ finish_background() {
 stop_background() { [ -z "$background_pid" ] || kill -- "-$background_pid" 2>/dev/null || true; }
 trap stop_background EXIT
 
-# next_build <index>: what to build while preset <index>'s tests run (the next preset, or the
-# fuzz targets after the last one).
+# next_build <index>: what to build while preset <index>'s tests run (the next preset).
 next_build() {
   local next=$(( $1 + 1 ))
   if [ "$next" -lt "${#presets[@]}" ]; then
     start_background "${presets[$next]}" scripts/build.sh "${presets[$next]}"
-  elif [ "$fuzz" = 1 ]; then
-    start_background fuzz sh -c 'cmake --preset fuzz >/dev/null && cmake --build --preset fuzz'
   fi
 }
 
@@ -81,14 +79,13 @@ for i in "${!presets[@]}"; do
   scripts/build.sh "$preset"  # a no-op when the background build made it already
   [ "$overlap" = 1 ] && next_build "$i"
   ctest --preset "$preset"
+  # A bounded run (12 targets x 5 s) of the fuzz targets the ASan tree built beside its tests
+  # (tests/fuzz/README.md). Longer runs, with comparison tracing: scripts/fuzz.sh --time 600.
+  if [ "$preset" = asan ] && [ "$fuzz" = 1 ]; then
+    echo "==> test.sh: fuzz targets (build-asan)"
+    scripts/fuzz.sh --build-dir build-asan --time 5
+  fi
 done
-# A bounded run (12 targets x 5 s); the clang build of the libraries they link is most of the
-# cost (tests/fuzz/README.md). Longer runs: scripts/fuzz.sh --time 600.
 ran="${presets[*]}"
-if [ "$fuzz" = 1 ]; then
-  echo "==> test.sh: fuzz targets"
-  finish_background
-  scripts/fuzz.sh --time 5
-  ran+=", fuzz targets"
-fi
+[ "$fuzz" = 1 ] && ran+=", fuzz targets"
 echo "==> test.sh: all presets passed ($ran)"

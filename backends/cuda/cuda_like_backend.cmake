@@ -106,7 +106,7 @@ function(tessera_add_cuda_like_backend name)
       C_VISIBILITY_PRESET hidden
       CXX_VISIBILITY_PRESET hidden
       VISIBILITY_INLINES_HIDDEN ON)
-    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+    tessera_link_no_undefined(${target})
     tessera_target_defaults(${target})
   else()
     tessera_add_backend(${name} SOURCES ${sources})
