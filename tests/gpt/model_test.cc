@@ -308,37 +308,5 @@ TEST_F(GptTraining, MoeRunRepeatsItselfBitwise) {
   EXPECT_EQ(0, std::memcmp(a.master.data(), b.master.data(), a.master.size() * sizeof(float)));
 }
 
-// Full recomputation reruns each block's forward before its backward into one shared set of
-// activations: the same kernels on the same shapes, so the steps are bitwise those without it,
-// with less activation memory.
-TEST_F(GptTraining, FullRecomputationGivesBitwiseTheSameStepsWithLessMemory) {
-  ASSERT_TRUE(env_.has_value());
-  for (const char* file : {"tiny-llama.json", "tiny-mixtral.json"}) {
-    SCOPED_TRACE(file);
-    auto config = load_config(config_path(file));
-    ASSERT_TRUE(config.ok());
-    TrainOptions options;
-    options.micro_batch = 2;
-    options.seq = 16;
-    options.act = DType::kBF16;
-    const TrainRun plain = train(*env_, *config, options, 3);
-    options.recompute = true;
-    const TrainRun again = train(*env_, *config, options, 3);
-    ASSERT_EQ(plain.losses.size(), 3u);
-    EXPECT_EQ(plain.losses, again.losses);
-    ASSERT_EQ(plain.master.size(), again.master.size());
-    EXPECT_EQ(0, std::memcmp(plain.master.data(), again.master.data(),
-                             plain.master.size() * sizeof(float)));
-    auto full = GptModel::create(*env_->device, *config, *env_->kernels, {}, DType::kBF16, 2, 16);
-    auto lean =
-        GptModel::create(*env_->device, *config, *env_->kernels, {}, DType::kBF16, 2, 16, true);
-    ASSERT_TRUE(full.ok() && lean.ok());
-    std::printf("%s activations: %llu bytes, %llu with recomputation\n", file,
-                (unsigned long long)(*full)->activation_bytes(),
-                (unsigned long long)(*lean)->activation_bytes());
-    EXPECT_LT((*lean)->activation_bytes(), (*full)->activation_bytes());
-  }
-}
-
 }  // namespace
 }  // namespace tessera::gpt::testing

@@ -13,14 +13,7 @@ namespace {
 
 using coll::testing::run_ranks;
 
-// f32 activations; the runs differ only in summation order (row-parallel partial sums, the
-// vocabulary-parallel loss, gradients summed over dp instead of one larger GEMM).
-// AdamW normalises each update by the gradient's running RMS, so parameters whose gradients are
-// nearly zero move by up to lr whatever their rounding: the parameter tolerance is 3% of one
-// step's lr (3e-3); a wrong gradient moves parameters by O(lr) per step.
-constexpr double kLossTol = 2e-5;      // relative, per step
-constexpr double kParamTol = 1e-4;     // absolute, per parameter (weights are O(0.02 .. 1))
-constexpr double kParamRmsTol = 2e-6;  // over all parameters (2e-7 seen)
+// Tolerances: model_test_support.h.
 constexpr int kSteps = 4;
 
 struct Grid {

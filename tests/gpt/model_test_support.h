@@ -25,6 +25,17 @@
 
 namespace tessera::gpt::testing {
 
+// Tolerances of every parallel-vs-one-rank comparison (model_test_parallel, pipeline, zero,
+// pipeline_zero, ep tests): f32 activations, so the runs differ only in summation order
+// (row-parallel partial sums, the vocabulary-parallel loss, gradients summed over dp, ZeRO's
+// per-micro-batch reduction, expert GEMMs split by source rank). AdamW normalises each update by
+// the gradient's running RMS, so parameters whose gradients are nearly zero move by up to lr
+// whatever their rounding: the parameter tolerance is 3% of one step's lr (3e-3); a wrong gradient
+// moves parameters by O(lr) per step.
+constexpr double kLossTol = 2e-5;      // relative, per step
+constexpr double kParamTol = 1e-4;     // absolute, per parameter (weights are O(0.02 .. 1))
+constexpr double kParamRmsTol = 2e-6;  // over all (or this rank's) parameters (2e-7 seen)
+
 // One device's worth of state. Members are destroyed in reverse order: the stream before the
 // platform.
 struct DeviceEnv {

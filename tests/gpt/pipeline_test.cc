@@ -15,11 +15,8 @@ namespace {
 
 using coll::testing::run_ranks;
 
-// As in model_test_parallel.cc: f32 activations, the runs differ only in summation order (the
-// stage boundary changes none; tp and dp add theirs).
-constexpr double kLossTol = 2e-5;      // relative, per step
-constexpr double kParamTol = 1e-4;     // absolute, per parameter
-constexpr double kParamRmsTol = 2e-6;  // over all parameters
+// Tolerances: model_test_support.h (the stage boundary changes no summation order; tp and dp add
+// theirs).
 constexpr int kSteps = 3;
 
 struct Grid {

@@ -61,7 +61,7 @@ struct BlockActivations {
   void* k = nullptr;  // [T, kvL]
   void* v = nullptr;
   void* att = nullptr;   // attention output [T, qL]
-  float* lse = nullptr;  // [batch * headsL * seq]
+  float* lse = nullptr;  // [batch * headsL * seq]; null under selective recomputation
   void* mid = nullptr;   // residual after attention [T, h]
   void* y2 = nullptr;    // norm2 output
   float* mean2 = nullptr;
@@ -95,7 +95,10 @@ struct Scratch {
   void* dk = nullptr;
   void* dv = nullptr;
   float* delta = nullptr;  // [batch * headsL * seq]
-  void* dh = nullptr;      // [T*k or T, fL]
+  // Selective recomputation: the attention core's log-sum-exp of the block being differentiated,
+  // recomputed per block (GptModel::attention_core); null otherwise.
+  float* lse = nullptr;
+  void* dh = nullptr;  // [T*k or T, fL]
   void* dgate = nullptr;
   void* dup = nullptr;
   void* dlogits = nullptr;      // [T, VL] act

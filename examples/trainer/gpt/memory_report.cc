@@ -33,7 +33,9 @@ Result<plan::MemoryBreakdown> predict_memory(const ir::Model& model, const PlanS
   p.mbs = int(s.micro_batch);
   p.num_microbatches = s.micro_batches;
   p.zero = s.zero;
-  p.recompute = s.recompute ? plan::Recompute::kFull : plan::Recompute::kNone;
+  p.recompute = s.recompute == Recompute::kFull        ? plan::Recompute::kFull
+                : s.recompute == Recompute::kSelective ? plan::Recompute::kSelective
+                                                       : plan::Recompute::kNone;
   int first = 0, end = 0;
   for (int i = 0; i < s.pp; ++i) {
     TSR_ASSIGN_OR_RETURN(StageRange r, stage_range(model.num_blocks, i, s.pp));
@@ -67,6 +69,8 @@ MemoryComparison compare_memory(const GptTrainer::Memory& a, uint64_t measured_p
   c.optimizer = {"optimizer (master, m, v)",
                  double(a.params.master + a.params.m + a.params.v + a.optimizer), p.optimizer};
   c.activations = {"activations", double(a.activations), p.activations + p.transient};
+  // The planner's stage memory has no term for the point-to-point buffers.
+  c.pipeline = {"pipeline (p2p, kept inputs)", double(a.pipeline), 0};
   c.other = {"other (losses, bf16 wire)", double(a.trainer), 0};
   c.accounted_total = double(a.total());
   c.measured_peak = double(measured_peak);
@@ -84,7 +88,8 @@ std::string memory_report_text(const MemoryComparison& c, int rank) {
                 rank, c.measured_peak / 1e6, c.predicted_total / 1e6, 100 * c.difference(),
                 c.accounted_total / 1e6, c.setup_peak / 1e6);
   out += line;
-  for (const MemoryRole* r : {&c.weights, &c.gradients, &c.optimizer, &c.activations, &c.other}) {
+  for (const MemoryRole* r :
+       {&c.weights, &c.gradients, &c.optimizer, &c.activations, &c.pipeline, &c.other}) {
     std::snprintf(line, sizeof line, "  %-26s trainer %9.3f MB, planner %9.3f MB\n", r->name,
                   r->accounted / 1e6, r->predicted / 1e6);
     out += line;

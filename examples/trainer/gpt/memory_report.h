@@ -12,7 +12,8 @@
 // Roles: weights = the working copy (act dtype); gradients = the f32 gradient buffer; optimizer =
 // fp32 master + AdamW moments (+ the norm scratch): the planner's 12 bytes per parameter also
 // hold the master. Activations = the trainer's arena against the planner's activations + transient
-// (recomputed block). Thread-safe (pure functions of values).
+// (recomputed block). Pipeline = the 1F1B schedule's kept inputs and received gradient (pp > 1),
+// which the planner does not price (0). Thread-safe (pure functions of values).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct PlanShape {
   int tp = 1, dp = 1, pp = 1;
   int ep = 1;  // carved from dp, as the planner assumes
   int zero = 0;
-  bool recompute = false;  // full recomputation
+  Recompute recompute = Recompute::kNone;
   int64_t micro_batch = 1, seq = 1, micro_batches = 1;
   DType act = DType::kBF16;
 };
@@ -49,7 +50,7 @@ struct MemoryRole {
 };
 
 struct MemoryComparison {
-  MemoryRole weights, gradients, optimizer, activations, other;
+  MemoryRole weights, gradients, optimizer, activations, pipeline, other;
   double accounted_total = 0;  // GptTrainer::Memory::total()
   double measured_peak = 0;    // the allocator's high-water mark over the training steps
   double setup_peak = 0;       // ... while the trainer was created and initialised

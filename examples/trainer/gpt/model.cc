@@ -18,9 +18,18 @@ Result<void*> Arena::alloc(uint64_t count, DType dtype) {
   return p;
 }
 
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
 GptModel::GptModel(const hal::Device& device, GptConfig config, GptKernels kernels,
                    ParallelGroups groups, Params params, StageRange stage, int64_t batch,
-                   int64_t seq, bool recompute)
+                   int64_t seq, Recompute recompute)
     : device_(&device),
       config_(std::move(config)),
       kernels_(std::move(kernels)),
@@ -44,7 +53,7 @@ GptModel::GptModel(const hal::Device& device, GptConfig config, GptKernels kerne
 Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
                                                    const GptConfig& config, GptKernels kernels,
                                                    ParallelGroups groups, DType act, int64_t batch,
-                                                   int64_t seq, bool recompute, int zero) {
+                                                   int64_t seq, Recompute recompute, int zero) {
   if (batch <= 0 || seq <= 0) {
     return invalid_argument(config.name + ": micro-batch " + std::to_string(batch) + " x seq " +
                             std::to_string(seq) + " must be positive");
@@ -98,10 +107,10 @@ Status GptModel::allocate() {
   a_.resid.assign(size_t(config_.layers + 1), nullptr);
   for (int l = stage_.first_layer; l <= stage_.end_layer; ++l)
     TSR_GPT_ALLOC(a_.resid[size_t(l)], T * h, A, void*);
-  a_.blocks.resize(recompute_ ? 1 : size_t(config_.layers));
+  a_.blocks.resize(full_recompute() ? 1 : size_t(config_.layers));
   for (size_t i = 0; i < a_.blocks.size(); ++i) {
     BlockActivations& b = a_.blocks[i];
-    if (!recompute_ && (int(i) < stage_.first_layer || int(i) >= stage_.end_layer)) continue;
+    if (!full_recompute() && (int(i) < stage_.first_layer || int(i) >= stage_.end_layer)) continue;
     TSR_GPT_ALLOC(b.y1, T * h, A, void*);
     TSR_GPT_ALLOC(b.mean1, T, F, float*);
     TSR_GPT_ALLOC(b.rstd1, T, F, float*);
@@ -109,7 +118,7 @@ Status GptModel::allocate() {
     TSR_GPT_ALLOC(b.k, T * kv_l_, A, void*);
     TSR_GPT_ALLOC(b.v, T * kv_l_, A, void*);
     TSR_GPT_ALLOC(b.att, T * q_l_, A, void*);
-    TSR_GPT_ALLOC(b.lse, rows_att, F, float*);
+    if (recompute_ != Recompute::kSelective) TSR_GPT_ALLOC(b.lse, rows_att, F, float*);
     TSR_GPT_ALLOC(b.mid, T * h, A, void*);
     TSR_GPT_ALLOC(b.y2, T * h, A, void*);
     TSR_GPT_ALLOC(b.mean2, T, F, float*);
@@ -150,6 +159,7 @@ Status GptModel::allocate() {
   TSR_GPT_ALLOC(g_.dk, T * kv_l_, A, void*);
   TSR_GPT_ALLOC(g_.dv, T * kv_l_, A, void*);
   TSR_GPT_ALLOC(g_.delta, rows_att, F, float*);
+  if (recompute_ == Recompute::kSelective) TSR_GPT_ALLOC(g_.lse, rows_att, F, float*);
   TSR_GPT_ALLOC(g_.dh, ffn_rows * ffn_l_, A, void*);
   TSR_GPT_ALLOC(g_.dgate, ffn_rows * ffn_l_, A, void*);
   TSR_GPT_ALLOC(g_.dup, ffn_rows * ffn_l_, A, void*);
@@ -263,10 +273,10 @@ Status GptModel::attention_forward(const hal::Stream& s, int layer) {
                                         config_.rope_theta, 1, act_abi()));
     }
   }
-  const float scale = 1.0f / std::sqrt(float(config_.head_dim));
-  TSR_RETURN_IF_ERROR(kernels_.attention_forward(
-      s, b.q, b.k, b.v, b.att, b.lse, uint64_t(batch_), uint64_t(seq_), uint64_t(heads_l_),
-      uint64_t(kv_heads_l_), uint64_t(config_.head_dim), scale, act_abi()));
+  // Under selective recomputation the log-sum-exp is not kept: written to the shared scratch and
+  // overwritten by the next block, then recomputed before this block's backward.
+  TSR_RETURN_IF_ERROR(
+      attention_core(s, layer, recompute_ == Recompute::kSelective ? g_.lse : b.lse));
   // Row-parallel output projection: partial sums, allreduced, then bias and residual once.
   TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), q_l_, config_.hidden}, b.att, params_.work(p.wo),
                                      b.mid, act(), act()));
@@ -274,6 +284,14 @@ Status GptModel::attention_forward(const hal::Stream& s, int layer) {
   if (p.bo >= 0)
     TSR_RETURN_IF_ERROR(kernels_.bias_add(s, b.mid, params_.work(p.bo), T, h, act_abi()));
   return kernels_.add(s, b.mid, x, b.mid, T * h, act_abi());
+}
+
+Status GptModel::attention_core(const hal::Stream& s, int layer, float* lse) {
+  BlockActivations& b = block(layer);
+  const float scale = 1.0f / std::sqrt(float(config_.head_dim));
+  return kernels_.attention_forward(s, b.q, b.k, b.v, b.att, lse, uint64_t(batch_), uint64_t(seq_),
+                                    uint64_t(heads_l_), uint64_t(kv_heads_l_),
+                                    uint64_t(config_.head_dim), scale, act_abi());
 }
 
 Status GptModel::mlp_forward(const hal::Stream& s, int layer) {
@@ -333,7 +351,7 @@ Status GptModel::backward(const hal::Stream& s, float weight) {
   for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
     TSR_RETURN_IF_ERROR(zero_use(s, Part::kBlock, l, Pass::kBackward));
     TSR_RETURN_IF_ERROR(zero_grads_begin(Part::kBlock, l));
-    if (recompute_) {
+    if (full_recompute()) {
       // The block's forward again from its kept input (resid[l]), into the shared activations;
       // it rewrites resid[l + 1] with the same values. The loss was taken in the forward.
       TSR_RETURN_IF_ERROR(attention_forward(s, l));
@@ -408,6 +426,13 @@ Status GptModel::attention_backward(const hal::Stream& s, int layer) {
   const BlockParams& p = params_.layout().blocks[size_t(layer)];
   const BlockActivations& b = block(layer);
   const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden);
+  const float* lse = b.lse;
+  if (recompute_ == Recompute::kSelective) {
+    // The core again from the kept q, k, v: the log-sum-exp into the scratch, and att rewritten
+    // with the values it already holds (the same kernel on the same inputs).
+    TSR_RETURN_IF_ERROR(attention_core(s, layer, g_.lse));
+    lse = g_.lse;
+  }
   // g_.dx holds d(mid).
   if (p.bo >= 0)
     TSR_RETURN_IF_ERROR(kernels_.bias_grad(s, g_.dx, params_.grad(p.bo), T, h, act_abi()));
@@ -417,7 +442,7 @@ Status GptModel::attention_backward(const hal::Stream& s, int layer) {
   TSR_RETURN_IF_ERROR(linear_backward_weight(s, out, g_.dx, b.att, params_.grad(p.wo), act()));
   const float scale = 1.0f / std::sqrt(float(config_.head_dim));
   TSR_RETURN_IF_ERROR(kernels_.attention_backward(
-      s, b.q, b.k, b.v, b.att, g_.d_att, b.lse, g_.delta, g_.dq, g_.dk, g_.dv, uint64_t(batch_),
+      s, b.q, b.k, b.v, b.att, g_.d_att, lse, g_.delta, g_.dq, g_.dk, g_.dv, uint64_t(batch_),
       uint64_t(seq_), uint64_t(heads_l_), uint64_t(kv_heads_l_), uint64_t(config_.head_dim), scale,
       act_abi()));
   const struct {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "activations.h"
 #include "config.h"
@@ -31,6 +32,14 @@
 
 namespace tessera::gpt {
 
+// How much of its forward a block's backward recomputes (Korthikanti et al. 2022; the planner's
+// plan::Recompute names the same three). kSelective recomputes only the attention core: with this
+// fused core (kernels.h: no s^2 scores are ever stored) the only state the core keeps beyond its
+// inputs q, k, v and its output (the output projection's input, kept as Megatron keeps it) is the
+// per-row log-sum-exp, so selective drops that and reruns the core into one shared scratch.
+enum class Recompute { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute recompute);  // "none", "selective", "full"
+
 struct StepLoss {
   double xent = 0;  // mean next-token cross-entropy of the micro-batch, nats
   double aux = 0;   // MoE load-balancing loss (router_aux_coef included), summed over layers
@@ -40,20 +49,21 @@ struct StepLoss {
 class GptModel {
  public:
   // Parameters (uninitialised: call params().init) and activations for micro-batches of `batch`
-  // sequences of `seq` tokens. `act`: kF32 or kBF16. `recompute` (full recomputation): keep only
-  // each block's input from the forward and rerun the block before its backward, so one block's
-  // activations are allocated instead of `layers`; results are bitwise those without it.
+  // sequences of `seq` tokens. `act`: kF32 or kBF16. `recompute`: kFull keeps only each block's
+  // input from the forward and reruns the block before its backward, so one block's activations
+  // are allocated instead of `layers`; kSelective keeps every block's activations but the
+  // attention core's log-sum-exp and reruns the core before each attention backward, so one
+  // [batch * heads/tp * seq] f32 scratch replaces `layers` of them. Either way the results are
+  // bitwise those without recomputation (the same kernels on the same inputs).
   // Under pipeline parallelism (groups.pp) the model is this rank's stage (stage.h): its blocks,
   // and the embedding / head where the stage has them. INVALID_ARGUMENT for a seq beyond the
   // learned positions, a tp degree the config does not divide, or fewer layers than stages.
   // `zero` (zero.h): the ZeRO level over groups.dp; from 1 the parameter buffers are allocated
   // sharded (never whole) and the model owns the ZeroEngine whose hooks its forward and backward
   // call; INVALID_ARGUMENT naming zero for levels outside 0..3.
-  static Result<std::unique_ptr<GptModel>> create(const hal::Device& device,
-                                                  const GptConfig& config, GptKernels kernels,
-                                                  ParallelGroups groups, DType act, int64_t batch,
-                                                  int64_t seq, bool recompute = false,
-                                                  int zero = 0);
+  static Result<std::unique_ptr<GptModel>> create(
+      const hal::Device& device, const GptConfig& config, GptKernels kernels, ParallelGroups groups,
+      DType act, int64_t batch, int64_t seq, Recompute recompute = Recompute::kNone, int zero = 0);
 
   // Runs the forward and the loss on `batch` (batch * seq tokens, as created). Synchronises the
   // stream (to read the loss and MoE routing back). A pipeline stage runs its blocks from
@@ -76,7 +86,7 @@ class GptModel {
   const GptKernels& kernels() const { return kernels_; }
   int64_t tokens() const { return batch_ * seq_; }
   uint64_t activation_bytes() const { return arena_.bytes(); }
-  bool recompute() const { return recompute_; }
+  Recompute recompute() const { return recompute_; }
   // Pipeline stages (pipeline.h): the residual stream entering and leaving this stage's blocks
   // and its gradient, act [tokens, hidden] each.
   const StageRange& stage() const { return stage_; }
@@ -90,12 +100,14 @@ class GptModel {
 
  private:
   GptModel(const hal::Device& device, GptConfig config, GptKernels kernels, ParallelGroups groups,
-           Params params, StageRange stage, int64_t batch, int64_t seq, bool recompute);
+           Params params, StageRange stage, int64_t batch, int64_t seq, Recompute recompute);
   Status allocate();
 
   // model.cc
   Status embed_forward(const hal::Stream& s);
   Status attention_forward(const hal::Stream& s, int layer);
+  // The attention core (softmax(q k^T) v) of block `layer` into its att and into `lse`.
+  Status attention_core(const hal::Stream& s, int layer, float* lse);
   Status mlp_forward(const hal::Stream& s, int layer);
   Status head_forward(const hal::Stream& s);
   Status head_backward(const hal::Stream& s, float weight);
@@ -125,10 +137,11 @@ class GptModel {
     return zero_ ? zero_->grads_end(s, part, layer) : Status();
   }
 
-  // The activations of block `layer` (one shared set under recomputation).
-  BlockActivations& block(int layer) { return a_.blocks[recompute_ ? 0 : size_t(layer)]; }
+  // The activations of block `layer` (one shared set under full recomputation).
+  bool full_recompute() const { return recompute_ == Recompute::kFull; }
+  BlockActivations& block(int layer) { return a_.blocks[full_recompute() ? 0 : size_t(layer)]; }
   const BlockActivations& block(int layer) const {
-    return a_.blocks[recompute_ ? 0 : size_t(layer)];
+    return a_.blocks[full_recompute() ? 0 : size_t(layer)];
   }
   uint32_t act_abi() const { return uint32_t(hal::to_abi(params_.act())); }
   DType act() const { return params_.act(); }
@@ -140,7 +153,7 @@ class GptModel {
   Params params_;
   StageRange stage_;
   int64_t batch_, seq_;
-  bool recompute_;
+  Recompute recompute_;
   // Local (tensor-parallel) widths.
   int64_t heads_l_, kv_heads_l_, q_l_, kv_l_, ffn_l_, vocab_l_, vocab_begin_;
   std::unique_ptr<ZeroEngine> zero_;  // binds into params_: declared after it

@@ -80,15 +80,25 @@ Result<Pipeline> Pipeline::create(const hal::Device& device, const GptModel& mod
   Pipeline p;
   const ParallelGroups& g = model.groups();
   const uint64_t bytes = model.residual_count() * hal::dtype_size(model.params().act());
-  // A stage keeps the inputs of up to pp - stage micro-batches in flight (warm-up + 1).
-  const int in_flight = g.pp_size() - g.pp_rank();
+  const StageRange& stage = model.stage();
+  // A stage keeps the inputs of up to pp - stage micro-batches in flight (warm-up + 1); the first
+  // stage recomputes its input (the embedding) from the tokens, and the last receives no gradient.
+  const int in_flight = stage.first ? 0 : g.pp_size() - g.pp_rank();
   for (int i = 0; i < in_flight; ++i) {
     TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer b, device.allocate(bytes));
     p.inputs_.push_back(std::move(b));
   }
-  TSR_ASSIGN_OR_RETURN(p.grad_, device.allocate(bytes));
+  if (!stage.last) {
+    TSR_ASSIGN_OR_RETURN(p.grad_, device.allocate(bytes));
+  }
   TSR_ASSIGN_OR_RETURN(p.scalars_, device.allocate(2 * sizeof(double)));
   return p;
+}
+
+uint64_t Pipeline::bytes() const {
+  uint64_t n = grad_.size() + scalars_.size();
+  for (const hal::DeviceBuffer& b : inputs_) n += b.size();
+  return n;
 }
 
 namespace {
@@ -108,12 +118,10 @@ Status p2p(const ParallelGroups& g, const hal::Stream& s, bool send, void* data,
 
 }  // namespace
 
-Status Pipeline::restore_input(const hal::Stream& s, GptModel& model, int64_t slot) {
-  if (!model.stage().first) {
-    const uint64_t bytes = model.residual_count() * hal::dtype_size(model.params().act());
-    TSR_RETURN_IF_ERROR(s.copy(model.stage_input(), inputs_[size_t(slot)].data(), bytes));
-  }
-  return Status();
+Status Pipeline::restore_input(const hal::Stream& s, GptModel& model, int64_t j) {
+  if (model.stage().first) return Status();
+  const uint64_t bytes = model.residual_count() * hal::dtype_size(model.params().act());
+  return s.copy(model.stage_input(), inputs_[size_t(j) % inputs_.size()].data(), bytes);
 }
 
 Result<StepLoss> Pipeline::run(const hal::Stream& s, GptModel& model, int64_t micro_batches,
@@ -123,14 +131,14 @@ Result<StepLoss> Pipeline::run(const hal::Stream& s, GptModel& model, int64_t mi
   const int pp = g.pp_size(), rank = g.pp_rank();
   const DType act = model.params().act();
   const uint64_t n = model.residual_count(), bytes = n * hal::dtype_size(act);
-  const int64_t slots = int64_t(inputs_.size());
   const int64_t warmup = std::min<int64_t>(pp - rank - 1, micro_batches);
   StepLoss sum;
   int64_t last_forward = -1;
 
   auto recv_input = [&](int64_t j) -> Status {
     if (stage.first) return Status();
-    return p2p(g, s, false, inputs_[size_t(j % slots)].data(), n, act, rank - 1, "activations");
+    return p2p(g, s, false, inputs_[size_t(j) % inputs_.size()].data(), n, act, rank - 1,
+               "activations");
   };
   auto send_output = [&]() -> Status {
     if (stage.last) return Status();
@@ -147,7 +155,7 @@ Result<StepLoss> Pipeline::run(const hal::Stream& s, GptModel& model, int64_t mi
   };
   // Runs micro-batch j's forward from its kept input (replay: its loss was counted already).
   auto run_forward = [&](int64_t j, bool count) -> Status {
-    TSR_RETURN_IF_ERROR(restore_input(s, model, j % slots));
+    TSR_RETURN_IF_ERROR(restore_input(s, model, j));
     TSR_ASSIGN_OR_RETURN(StepLoss l, model.forward(s, batch_of(j)));
     last_forward = j;
     if (count) {
@@ -204,7 +212,9 @@ Result<StepLoss> Pipeline::run(const hal::Stream& s, GptModel& model, int64_t mi
     TSR_RETURN_IF_ERROR(send_grad());
   }
 
-  // A tied embedding's two copies (first and last stage) get the sum of their gradients.
+  // A tied embedding's two copies (first and last stage) get the sum of their gradients. (Tied
+  // models are refused under pp for now; under ZeRO-2/3 this sum would have to run before the
+  // units' reduce-scatter, on the whole gradient.)
   const ParamLayout& L = model.params().layout();
   if (g.embed && L.wte >= 0 && L.head == L.wte) {
     TSR_RETURN_IF_ERROR(allreduce_on(g.embed, s, model.params().grad(L.wte),

@@ -10,9 +10,15 @@
 // warm-up forwards, then alternates one forward and one backward, then the remaining backwards.
 // The residual stream goes forward and its gradient backward with point-to-point send/recv on
 // the compute stream. A stage keeps one set of activations: it keeps the input of each micro-batch
-// in flight (at most pp - s) and, before a backward whose forward was not the stage's last one,
-// replays that forward from the kept input (the same kernels on the same data, so bitwise the
-// activations of the first run, as under full recomputation).
+// in flight (at most pp - s; none on the first stage, whose input is the embedding of the tokens)
+// and, before a backward whose forward was not the stage's last one, replays that forward from the
+// kept input (the same kernels on the same data, so bitwise the activations of the first run, as
+// under full recomputation).
+// Device bytes of the schedule itself (Pipeline::bytes): pp - s kept inputs on stages s > 0, one
+// received output gradient on every stage but the last, each act [T, h]; 16 bytes of loss sums.
+// Under ZeRO (zero.h) each stage shards its own units over dp; zero 2 reduces each part's
+// gradient after its backward of every micro-batch, zero 3 gathers a part before its forward,
+// replay and backward, as without pp.
 #pragma once
 
 #include <cstdint>
@@ -36,15 +42,20 @@ class Pipeline {
   // Synchronises the stream.
   Result<StepLoss> run(const hal::Stream& s, GptModel& model, int64_t micro_batches,
                        const std::function<Batch(int64_t)>& batch_of, float weight);
+  // The device bytes this schedule allocated (kept inputs, received gradient, loss sums); all of
+  // it is allocated at create, nothing per step.
+  uint64_t bytes() const;
 
  private:
   Pipeline() = default;
-  // Copies the kept input in `slot` to the model's stage input (nothing on the first stage).
-  Status restore_input(const hal::Stream& s, GptModel& model, int64_t slot);
+  // Copies micro-batch j's kept input to the model's stage input (nothing on the first stage).
+  Status restore_input(const hal::Stream& s, GptModel& model, int64_t j);
 
-  std::vector<hal::DeviceBuffer> inputs_;  // act [T, h]: the kept inputs of micro-batches in flight
-  hal::DeviceBuffer grad_;                 // act [T, h]: the received output gradient
-  hal::DeviceBuffer scalars_;              // f64 [2]: the loss sums over the pipeline
+  // act [T, h]: the kept inputs of micro-batches in flight, micro-batch j in j % size (stages
+  // after the first)
+  std::vector<hal::DeviceBuffer> inputs_;
+  hal::DeviceBuffer grad_;     // act [T, h]: the received output gradient (stages before the last)
+  hal::DeviceBuffer scalars_;  // f64 [2]: the loss sums over the pipeline
 };
 
 }  // namespace tessera::gpt

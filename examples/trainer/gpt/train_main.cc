@@ -34,6 +34,7 @@ struct CliOptions {
   int64_t decay_steps = -1;  // -1: steps
   std::string act = "bf16";
   std::string grad_comm = "f32";
+  std::string recompute = "none";  // a bare --recompute leaves it empty: full
   TrainOptions train;
 };
 
@@ -43,11 +44,20 @@ Result<DType> parse_dtype(const std::string& name, const char* flag) {
   return invalid_argument(std::string(flag) + ": '" + name + "' is not bf16 or f32");
 }
 
+Result<Recompute> parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (name == recompute_name(r)) return r;
+  }
+  if (name.empty()) return Recompute::kFull;
+  return invalid_argument("--recompute: '" + name + "' is not none, selective or full");
+}
+
 Status run(CliOptions o) {
   TSR_ASSIGN_OR_RETURN(GptConfig config, load_config(o.config));
   o.train.adamw.decay_steps = o.decay_steps < 0 ? o.steps : o.decay_steps;
   TSR_ASSIGN_OR_RETURN(o.train.act, parse_dtype(o.act, "--act"));
   TSR_ASSIGN_OR_RETURN(o.train.grad_comm, parse_dtype(o.grad_comm, "--grad-comm"));
+  TSR_ASSIGN_OR_RETURN(o.train.recompute, parse_recompute(o.recompute));
   TSR_ASSIGN_OR_RETURN(auto bootstrap, coll::Bootstrap::from_environment());
   const coll::LaunchInfo info = bootstrap->info();
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
@@ -73,11 +83,11 @@ Status run(CliOptions o) {
     const uint64_t param_bytes = model.params().bytes().total();  // sharded under ZeRO
     std::printf(
         "%s on %s (%s kernels), tp %d x dp %d, %lld x %lld tokens x %lld micro-batches per "
-        "rank, act %s%s; loss floor %.3f nats\n"
+        "rank, act %s, recompute %s; loss floor %.3f nats\n"
         "rank 0 device memory: parameters, gradients, AdamW state %.2f MB; activations %.2f MB\n",
         describe(config).c_str(), device.id().c_str(), kernels.format_name(), o.tp, dp,
         (long long)o.train.micro_batch, (long long)o.train.seq, (long long)o.train.micro_batches,
-        o.act.c_str(), o.train.recompute ? ", full recomputation" : "",
+        o.act.c_str(), std::string(recompute_name(o.train.recompute)).c_str(),
         trainer->corpus().entropy_floor(), double(param_bytes) / 1e6,
         double(model.activation_bytes()) / 1e6);
   }
@@ -106,13 +116,21 @@ Status run(CliOptions o) {
   }
   // Every rank: its allocator high-water mark beside the planner's prediction for its stage.
   TSR_ASSIGN_OR_RETURN(const ir::Model ir_model, ir::load_model(o.config));
-  TSR_ASSIGN_OR_RETURN(
-      const plan::MemoryBreakdown predicted,
-      predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank()));
-  const MemoryComparison memory =
-      compare_memory(trainer->memory(), device.memory_stats().peak, setup_peak, predicted);
-  const std::string report = memory_report_text(memory, info.rank);
-  std::fputs(print ? report.c_str() : report.substr(0, report.find('\n') + 1).c_str(), stdout);
+  const Result<plan::MemoryBreakdown> predicted =
+      predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank());
+  if (predicted.ok()) {
+    const MemoryComparison memory = compare_memory(trainer->memory(), device.memory_stats().peak,
+                                                   setup_peak, predicted.value());
+    const std::string report = memory_report_text(memory, info.rank);
+    std::fputs(print ? report.c_str() : report.substr(0, report.find('\n') + 1).c_str(), stdout);
+  } else {
+    // A plan the trainer runs and the planner refuses (zero 3 under pp): the measurement stands
+    // on its own, with the planner's reason.
+    std::printf(
+        "rank %d peak measured %.3f MB; trainer accounts %.3f MB; no planner prediction: %s\n",
+        info.rank, double(device.memory_stats().peak) / 1e6,
+        double(trainer->memory().total()) / 1e6, predicted.status().message().c_str());
+  }
   std::fflush(stdout);
   if (world) TSR_RETURN_IF_ERROR(world->barrier());
   return Status();
@@ -136,7 +154,10 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", o.train.micro_batches, "micro-batches per step");
   app.add_option("--act", o.act, "activation dtype: bf16 or f32");
   app.add_option("--grad-comm", o.grad_comm, "dp gradient allreduce dtype: f32 or bf16");
-  app.add_flag("--recompute", o.train.recompute, "full activation recomputation");
+  app.add_option("--recompute", o.recompute,
+                 "activation recomputation: none, selective (the attention core) or full (each "
+                 "block); bare: full")
+      ->expected(0, 1);
   app.add_option("--zero", o.train.zero,
                  "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradients), 3 (+ weights)");
   app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");

@@ -30,11 +30,6 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
                             " with expert parallelism ep " + std::to_string(groups.ep_size()) +
                             " is not supported yet (the shards would cut across expert groups)");
   }
-  if (options.zero >= 2 && groups.pp_size() > 1) {
-    return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
-                            " with pipeline parallelism pp " + std::to_string(groups.pp_size()) +
-                            " is not supported yet (zero 1 is)");
-  }
   if (options.zero > 0 && options.grad_comm != DType::kF32) {
     return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
                             " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
@@ -148,6 +143,7 @@ GptTrainer::Memory GptTrainer::memory() const {
   m.optimizer = adamw_.scratch_bytes();
   m.activations = model_->activation_bytes();
   m.trainer = scalars_.size() + wire_.size();
+  m.pipeline = pipeline_ ? pipeline_->bytes() : 0;
   return m;
 }
 

@@ -27,13 +27,14 @@ struct TrainOptions {
   uint64_t seed = 1234;       // parameter initialisation
   uint64_t data_seed = 42;    // the Markov chain and its samples
   DType act = DType::kBF16;   // activation/working-weight dtype (kF32 for tight checks)
-  bool recompute = false;     // full recomputation (GptModel::create)
+  Recompute recompute = Recompute::kNone;  // none, selective or full (GptModel::create)
   // The data-parallel gradient allreduce's wire type: kF32, or kBF16 (half the bytes; the f32
   // gradients are rounded to bf16 before the sum and the sum is widened back).
   DType grad_comm = DType::kF32;
   // ZeRO stage over dp (zero.h): 0 none, 1 optimizer state (master, m, v) sharded, 2 also the
   // gradients (reduce-scattered per unit as the backward finishes it), 3 also the working
-  // weights (gathered per unit before use). f32 gradient communication only; 2 and 3 not with pp.
+  // weights (gathered per unit before use). f32 gradient communication only; under pp each stage
+  // shards its own units over dp.
   int zero = 0;
   AdamWOptions adamw;
 };
@@ -71,7 +72,8 @@ class GptTrainer {
     uint64_t optimizer = 0;    // AdamW's norm scratch
     uint64_t activations = 0;  // GptModel's arena
     uint64_t trainer = 0;      // loss scalars, bf16 wire
-    uint64_t total() const { return params.total() + optimizer + activations + trainer; }
+    uint64_t pipeline = 0;     // pp > 1: kept inputs, received gradient, loss sums (pipeline.h)
+    uint64_t total() const { return params.total() + optimizer + activations + trainer + pipeline; }
   };
   Memory memory() const;
 

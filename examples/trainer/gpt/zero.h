@@ -27,9 +27,13 @@
 // The parts are what the model uses at once: the embedding; each block; the head (the final
 // norm's unit, with the embedding's unit when the embedding is tied: its gradient is then reduced
 // twice per micro-batch, after the head's backward and after the embedding's).
-// Refused by name: levels outside 0..3; zero 2/3 with pipeline parallelism (the 1F1B schedule
-// interleaves micro-batches' backwards: not verified); zero >= 1 with expert parallelism (expert
-// tensors reduce over another group) and with bf16 gradients on the wire (trainer.cc).
+// Under pipeline parallelism the layout is the stage's (stage_layout): each stage shards its own
+// units over its dp group, and the parts it does not hold are empty. The hooks run per micro-batch
+// as the 1F1B schedule reaches each part (pipeline.h): zero 2 reduces a part's gradient after each
+// of its backwards, zero 3 gathers a part again for a replayed forward unless a slot still holds
+// it. Every dp rank of a stage runs the same schedule, so the collectives pair up.
+// Refused by name: levels outside 0..3; zero >= 1 with expert parallelism (expert tensors reduce
+// over another group) and with bf16 gradients on the wire (trainer.cc).
 // Collectives run on the caller's stream (coll orders them with its other work). Not
 // thread-safe.
 #pragma once
