@@ -39,12 +39,9 @@ multinode_rank=${6:-}
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/../../scripts/netns-hosts.sh"
 
-[ -f "$state" ] || {
-  echo "FAIL: no testbed ($state): the fixture multinode.testbed_up did not run"
-  exit 1
-}
-name=$(head -n1 "$state")
-case "$name" in SKIP*) echo "SKIP: ${name#SKIP }"; exit 77 ;; esac
+# shellcheck source=case_support.sh
+source "$here/case_support.sh"
+require_testbed "$state"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-multinode-XXXXXX")
 pids=()
@@ -103,18 +100,6 @@ launcher() {
     "$tessera" launch --nnodes 2 --nproc-per-node 2 --node-rank "$h" \
     --rdzv-endpoint "$endpoint:$port" --rdzv-timeout-s 20 "$@" >"$out.out" 2>"$out.err" &
   pids+=($!)
-}
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out "$work"/*.err; do
-    [ -s "$f" ] && { echo "--- $(basename "$f")"; tail -n 40 "$f"; }
-  done
-  exit 1
-}
-
-expect_in() {  # FILE TEXT
-  grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks '$2'"
 }
 
 now_ms() { date +%s%3N; }

@@ -18,12 +18,9 @@ tessera=$3
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/../../scripts/netns-hosts.sh"
 
-[ -f "$state" ] || {
-  echo "FAIL: no testbed ($state): the fixture multinode.testbed_up did not run"
-  exit 1
-}
-name=$(head -n1 "$state")
-case "$name" in SKIP*) echo "SKIP: ${name#SKIP }"; exit 77 ;; esac
+# shellcheck source=case_support.sh
+source "$here/case_support.sh"
+require_testbed "$state"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tsr-probe-XXXXXX")
 pids=()
@@ -35,14 +32,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out "$work"/*.err; do
-    [ -s "$f" ] && { echo "--- $(basename "$f")"; tail -n 40 "$f"; }
-  done
-  exit 1
-}
 
 # probe HOSTS PORT ARGS...: `tessera probe --measure ARGS` on hosts 0 and 1 of HOSTS, one rank per
 # host, node 0 untagged (its stdout is the probe's output); each launcher killed after 90 s.
