@@ -16,6 +16,25 @@ function(tessera_link_no_undefined target)
   target_link_options(${target} PRIVATE "LINKER:--no-undefined")
 endfunction()
 
+# The linker: LLVM's lld where it is installed (Debian's `lld`, scripts/setup.sh), which links this
+# tree's ~200 executables and libraries 3-5 times faster than GNU ld (bin/tessera: 3.9 s -> 0.8 s
+# with line tables); linking was a ninth of a CI build's CPU time. TESSERA_LINKER=default keeps the
+# compiler's own choice. C and C++ links only: nvcc drives its own.
+set(TESSERA_LINKER "auto" CACHE STRING "Linker for C/C++ links: auto (lld when found), lld, default")
+set_property(CACHE TESSERA_LINKER PROPERTY STRINGS auto lld default)
+if(TESSERA_LINKER STREQUAL "auto" OR TESSERA_LINKER STREQUAL "lld")
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX "-fuse-ld=lld" TESSERA_HAVE_LLD)
+  if(TESSERA_HAVE_LLD)
+    add_link_options("$<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>")
+  elseif(TESSERA_LINKER STREQUAL "lld")
+    message(FATAL_ERROR "TESSERA_LINKER=lld but '${CMAKE_CXX_COMPILER} -fuse-ld=lld' cannot link "
+                        "(install Debian's lld, or set TESSERA_LINKER=auto)")
+  endif()
+elseif(NOT TESSERA_LINKER STREQUAL "default")
+  message(FATAL_ERROR "TESSERA_LINKER is '${TESSERA_LINKER}': auto, lld or default")
+endif()
+
 if(TESSERA_SANITIZE)
   string(REPLACE ";" "," _tsr_san "${TESSERA_SANITIZE}")
   add_compile_options(-fsanitize=${_tsr_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)

@@ -16,7 +16,7 @@ for arg in "$@"; do
   esac
 done
 
-core_packages=(build-essential cmake ninja-build pkg-config googletest libgtest-dev libgmock-dev
+core_packages=(build-essential cmake ninja-build lld pkg-config googletest libgtest-dev libgmock-dev
                libbenchmark-dev)
 full_packages=(libhwloc-dev hwloc libucx-dev ucx-utils openmpi-bin libopenmpi-dev libze-dev libze1
                hipcc libamdhip64-dev libopenblas-dev libzstd-dev libxxhash-dev nlohmann-json3-dev

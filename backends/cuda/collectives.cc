@@ -148,7 +148,7 @@ tsr_status check(int result, const char* operation, Raw comm = nullptr) {
 // The stream and the communicator behind an operation's arguments.
 tsr_status prepare(const char* operation, tsr_comm comm, tsr_stream handle, tsr_dtype dtype,
                    Comm** out_comm, rtStream_t* out_stream, int* out_type) {
-  Backend* backend;
+  Backend* backend = nullptr;
   if (tsr_status s = require_backend(operation, &backend); s != TSR_OK) return s;
   if (comm == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: comm is NULL", operation);
   std::shared_ptr<Stream> stream;
@@ -181,7 +181,7 @@ tsr_status comm_init_rank(int32_t device, int32_t nranks, const tsr_comm_unique_
                           int32_t rank, tsr_comm* out_comm) {
   static constexpr const char* kOp = "comm_init_rank";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (id == nullptr || out_comm == nullptr) {

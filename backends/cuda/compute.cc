@@ -51,7 +51,7 @@ tsr_status reduce(void* dst, const void* const* srcs, int32_t num_srcs, size_t c
                   tsr_dtype dtype, tsr_reduce_op op, tsr_stream stream_handle) {
   static constexpr const char* kOp = "reduce_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
@@ -98,7 +98,7 @@ tsr_status cast(void* dst, tsr_dtype dst_dtype, const void* src, tsr_dtype src_d
                 tsr_stream stream_handle) {
   static constexpr const char* kOp = "cast_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
@@ -161,7 +161,7 @@ tsr_status busy_wait(tsr_stream stream_handle, uint64_t microseconds) {
   static constexpr const char* kOp = "stream_busy_wait";
   static constexpr uint64_t kMaxMicroseconds = 60'000'000;  // the ABI's bound: one minute
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

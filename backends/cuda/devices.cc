@@ -143,7 +143,7 @@ int32_t device_count(const char** out_reason) {
 
 tsr_status device_properties(int32_t device, tsr_device_properties* out) {
   return guarded("device_properties", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_properties", &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, "device_properties", device); s != TSR_OK) return s;
     if (out == nullptr) return fail(TSR_INVALID_ARGUMENT, "device_properties: out is NULL");
@@ -170,7 +170,7 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
 
 tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
   return guarded("memory_info", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("memory_info", &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, "memory_info", device); s != TSR_OK) return s;
     if (out_free == nullptr || out_total == nullptr) {
@@ -193,7 +193,7 @@ tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
 tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can_access) {
   static constexpr const char* kOp = "device_can_access_peer";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, "device_can_access_peer (peer)", peer); s != TSR_OK) {
@@ -212,7 +212,7 @@ tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can
 tsr_status device_enable_peer_access(int32_t device, int32_t peer) {
   static constexpr const char* kOp = "device_enable_peer_access";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, "device_enable_peer_access (peer)", peer);

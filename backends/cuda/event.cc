@@ -21,7 +21,7 @@ namespace api {
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
   static constexpr const char* kOp = "event_create";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if ((flags & ~uint32_t(TSR_EVENT_DISABLE_TIMING)) != 0) {
@@ -48,7 +48,7 @@ tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
 tsr_status event_destroy(tsr_event handle) {
   static constexpr const char* kOp = "event_destroy";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: event is NULL", kOp);
     if (backend->events.remove(uint64_t(reinterpret_cast<uintptr_t>(handle))) == nullptr) {
@@ -64,7 +64,7 @@ tsr_status event_destroy(tsr_event handle) {
 tsr_status event_record(tsr_event event_handle, tsr_stream stream_handle) {
   static constexpr const char* kOp = "event_record";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, kOp, "event", event_handle, &event); s != TSR_OK) {
@@ -88,7 +88,7 @@ tsr_status event_record(tsr_event event_handle, tsr_stream stream_handle) {
 tsr_status event_synchronize(tsr_event handle) {
   static constexpr const char* kOp = "event_synchronize";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, kOp, "event", handle, &event); s != TSR_OK) return s;
@@ -100,7 +100,7 @@ tsr_status event_synchronize(tsr_event handle) {
 tsr_status event_query(tsr_event handle) {
   static constexpr const char* kOp = "event_query";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, kOp, "event", handle, &event); s != TSR_OK) return s;
@@ -117,7 +117,7 @@ tsr_status event_query(tsr_event handle) {
 tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms) {
   static constexpr const char* kOp = "event_elapsed_time";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> first, second;
     if (tsr_status s = lookup_event(*backend, kOp, "start", start, &first); s != TSR_OK) return s;

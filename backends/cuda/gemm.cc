@@ -143,7 +143,7 @@ bool types_for(int32_t ab, int32_t c, int* ab_type, int* c_type, int* compute) {
 tsr_status gemm(const tsr_gemm_desc* desc_in, tsr_stream stream_handle) {
   static constexpr const char* kOp = "gemm_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (desc_in == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: desc is NULL", kOp);
     constexpr size_t kNeeded = offsetof(tsr_gemm_desc, dtype_c) + sizeof(int32_t);

@@ -334,7 +334,7 @@ namespace api {
 tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
   static constexpr const char* kOp = "host_signal_create";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (out_signal == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_signal is NULL", kOp);
@@ -352,7 +352,7 @@ tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
 tsr_status host_signal_destroy(tsr_host_signal handle) {
   static constexpr const char* kOp = "host_signal_destroy";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: signal is NULL", kOp);
     SignalPool& pool = *backend->signals;
@@ -383,7 +383,7 @@ tsr_status host_signal_destroy(tsr_host_signal handle) {
 tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
   static constexpr const char* kOp = "host_signal_raise";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_signal(*backend, kOp, handle, &signal); s != TSR_OK) return s;
@@ -395,7 +395,7 @@ tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
 tsr_status host_signal_query(tsr_host_signal handle, uint64_t* out_value) {
   static constexpr const char* kOp = "host_signal_query";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_signal(*backend, kOp, handle, &signal); s != TSR_OK) return s;
@@ -409,7 +409,7 @@ tsr_status stream_wait_host_signal(tsr_stream stream_handle, tsr_host_signal sig
                                    uint64_t value) {
   static constexpr const char* kOp = "stream_wait_host_signal";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

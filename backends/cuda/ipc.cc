@@ -18,7 +18,7 @@ static_assert(sizeof(rtIpcMemHandle_t) <= TSR_IPC_HANDLE_BYTES,
 tsr_status get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
   static constexpr const char* kOp = "ipc_get_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (device_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: device_ptr is NULL", kOp);
     if (out_handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_handle is NULL", kOp);
@@ -45,7 +45,7 @@ tsr_status get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
 tsr_status open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_ptr) {
   static constexpr const char* kOp = "ipc_open_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: handle is NULL", kOp);
@@ -82,7 +82,7 @@ tsr_status open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_
 tsr_status close_handle(void* ptr) {
   static constexpr const char* kOp = "ipc_close_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: ptr is NULL", kOp);
     std::optional<Allocation> a = backend->memory.take(ptr, AllocationKind::kIpc);

@@ -13,7 +13,7 @@ namespace tessera::cuda::api {
 tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
   static constexpr const char* kOp = "device_malloc";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (out_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ptr is NULL", kOp);
@@ -49,7 +49,7 @@ tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
 tsr_status device_free(int32_t device, void* ptr) {
   static constexpr const char* kOp = "device_free";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (ptr == nullptr) return TSR_OK;
@@ -77,7 +77,7 @@ tsr_status device_free(int32_t device, void* ptr) {
 tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
   static constexpr const char* kOp = "host_malloc_pinned";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (out_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ptr is NULL", kOp);
     if (bytes == 0) {
@@ -99,7 +99,7 @@ tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
 tsr_status host_free_pinned(void* ptr) {
   static constexpr const char* kOp = "host_free_pinned";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return TSR_OK;
     if (!backend->memory.take(ptr, AllocationKind::kPinned)) {
@@ -114,7 +114,7 @@ tsr_status host_free_pinned(void* ptr) {
 tsr_status host_register(void* ptr, size_t bytes) {
   static constexpr const char* kOp = "host_register";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: ptr is NULL", kOp);
     if (bytes == 0) return fail(TSR_INVALID_ARGUMENT, "%s: bytes is 0", kOp);
@@ -139,7 +139,7 @@ tsr_status host_register(void* ptr, size_t bytes) {
 tsr_status host_unregister(void* ptr) {
   static constexpr const char* kOp = "host_unregister";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: ptr is NULL", kOp);
     if (!backend->memory.take(ptr, AllocationKind::kRegistered)) {
@@ -154,7 +154,7 @@ tsr_status host_unregister(void* ptr) {
 tsr_status pointer_attributes(const void* ptr, tsr_pointer_attributes* out) {
   static constexpr const char* kOp = "pointer_attributes";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (out == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out is NULL", kOp);
     if (out->struct_size < sizeof(size_t)) {

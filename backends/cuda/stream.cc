@@ -68,7 +68,7 @@ namespace api {
 tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_stream) {
   static constexpr const char* kOp = "stream_create";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (tsr_status s = check_device(*backend, kOp, device); s != TSR_OK) return s;
     if (out_stream == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_stream is NULL", kOp);
@@ -93,7 +93,7 @@ tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_strea
 tsr_status stream_destroy(tsr_stream handle) {
   static constexpr const char* kOp = "stream_destroy";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -109,7 +109,7 @@ tsr_status stream_destroy(tsr_stream handle) {
 tsr_status stream_synchronize(tsr_stream handle) {
   static constexpr const char* kOp = "stream_synchronize";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -123,7 +123,7 @@ tsr_status stream_synchronize(tsr_stream handle) {
 tsr_status stream_query(tsr_stream handle) {
   static constexpr const char* kOp = "stream_query";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -140,7 +140,7 @@ tsr_status stream_query(tsr_stream handle) {
 tsr_status stream_wait_event(tsr_stream stream_handle_in, tsr_event event_handle_in) {
   static constexpr const char* kOp = "stream_wait_event";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle_in, &stream); s != TSR_OK) {
@@ -161,7 +161,7 @@ tsr_status stream_wait_event(tsr_stream stream_handle_in, tsr_event event_handle
 tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_data) {
   static constexpr const char* kOp = "stream_add_callback";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -179,7 +179,7 @@ tsr_status stream_add_callback_with_message(tsr_stream handle, tsr_host_msg_fn f
                                             void* user_data) {
   static constexpr const char* kOp = "stream_add_callback_with_message";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;

@@ -43,7 +43,7 @@ void CallbackThread::loop() {
   t_shared_callback_thread = true;
   pthread_setname_np(pthread_self(), "tsr-host-cb");
   for (;;) {
-    Job* job;
+    Job* job = nullptr;
     {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });

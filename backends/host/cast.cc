@@ -207,7 +207,7 @@ tsr_status cast_async(void* dst, tsr_dtype dst_dtype_in, const void* src, tsr_dt
                       size_t count, tsr_stream stream_handle) {
   static constexpr const char* kOp = "cast_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

@@ -143,7 +143,7 @@ tsr_status resolve_buffer(Backend& backend, const char* operation, const char* p
 // Validates `call` into *out. count == 0 leaves out->op.count 0 (a no-op).
 tsr_status check(const Call& call, Pending* out) {
   const char* kOp = call.name;
-  Backend* backend;
+  Backend* backend = nullptr;
   if (tsr_status s = require_enabled(kOp, &backend); s != TSR_OK) return s;
   std::shared_ptr<Comm> comm;
   if (tsr_status s = lookup_comm(kOp, call.comm, &comm); s != TSR_OK) return s;
@@ -337,7 +337,7 @@ tsr_status issue(const Call& call) {
 tsr_status get_unique_id(tsr_comm_unique_id* out_id) {
   static constexpr const char* kOp = "get_unique_id";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_enabled(kOp, &backend); s != TSR_OK) return s;
     if (out_id == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_id is NULL", kOp);
     tsr_comm_unique_id id{};
@@ -355,9 +355,9 @@ tsr_status comm_init_rank(int32_t device, int32_t nranks, const tsr_comm_unique_
                           int32_t rank, tsr_comm* out_comm) {
   static constexpr const char* kOp = "comm_init_rank";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_enabled(kOp, &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, kOp, device, &dev); s != TSR_OK) return s;
     if (id == nullptr || out_comm == nullptr) {
       return fail(TSR_INVALID_ARGUMENT, "%s: %s is NULL", kOp, id == nullptr ? "id" : "out_comm");

@@ -170,7 +170,7 @@ class Runner {
 
 // Progress of one send or recv.
 struct Transfer {
-  const Op* op;
+  const Op* op = nullptr;
   size_t total;  // bytes
   size_t done = 0;
 };

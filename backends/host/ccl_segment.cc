@@ -29,11 +29,12 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<u
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "counters shared between processes must be lock-free");
 
+}  // namespace
+
+// Outside the anonymous namespace: SegmentHeader (declared in a header) holds an array of these.
 struct alignas(64) PaddedCounter {
   std::atomic<uint64_t> value;
 };
-
-}  // namespace
 
 struct SegmentHeader {
   std::atomic<uint64_t> magic;  // set last by the creator: the rest is initialised

@@ -130,9 +130,9 @@ int32_t device_count(const char** out_reason) {
 
 tsr_status device_properties(int32_t device, tsr_device_properties* out) {
   return guarded("device_properties", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_properties", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "device_properties", device, &dev); s != TSR_OK) {
       return s;
     }
@@ -151,9 +151,9 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
 
 tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
   return guarded("memory_info", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("memory_info", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "memory_info", device, &dev); s != TSR_OK) return s;
     if (out_free == nullptr || out_total == nullptr) {
       return fail(TSR_INVALID_ARGUMENT, "memory_info: %s is NULL",
@@ -168,9 +168,9 @@ tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
 
 tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can_access) {
   return guarded("device_can_access_peer", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_can_access_peer", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "device_can_access_peer", device, &dev);
         s != TSR_OK) {
       return s;
@@ -189,11 +189,11 @@ tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can
 
 tsr_status device_enable_peer_access(int32_t device, int32_t peer) {
   return guarded("device_enable_peer_access", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_enable_peer_access", &backend); s != TSR_OK) {
       return s;
     }
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "device_enable_peer_access", device, &dev);
         s != TSR_OK) {
       return s;

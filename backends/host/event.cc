@@ -60,9 +60,9 @@ namespace api {
 
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
   return guarded("event_create", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_create", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "event_create", device, &dev); s != TSR_OK) {
       return s;
     }
@@ -77,7 +77,7 @@ tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
 
 tsr_status event_destroy(tsr_event handle) {
   return guarded("event_destroy", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_destroy", &backend); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "event_destroy: event is NULL");
     // A pending marker stays alive in its stream's queue; only the handle goes away now.
@@ -93,7 +93,7 @@ tsr_status event_destroy(tsr_event handle) {
 
 tsr_status event_record(tsr_event event_handle_in, tsr_stream stream_handle_in) {
   return guarded("event_record", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_record", &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, "event_record", "event", event_handle_in, &event);
@@ -120,7 +120,7 @@ tsr_status event_record(tsr_event event_handle_in, tsr_stream stream_handle_in) 
 
 tsr_status event_synchronize(tsr_event handle) {
   return guarded("event_synchronize", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_synchronize", &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, "event_synchronize", "event", handle, &event);
@@ -137,7 +137,7 @@ tsr_status event_synchronize(tsr_event handle) {
 
 tsr_status event_query(tsr_event handle) {
   return guarded("event_query", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_query", &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> event;
     if (tsr_status s = lookup_event(*backend, "event_query", "event", handle, &event);
@@ -151,7 +151,7 @@ tsr_status event_query(tsr_event handle) {
 
 tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms) {
   return guarded("event_elapsed_time", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("event_elapsed_time", &backend); s != TSR_OK) return s;
     std::shared_ptr<Event> first, second;
     if (tsr_status s = lookup_event(*backend, "event_elapsed_time", "start", start, &first);
@@ -183,7 +183,7 @@ tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms) {
 
 tsr_status stream_wait_event(tsr_stream stream_handle_in, tsr_event event_handle_in) {
   return guarded("stream_wait_event", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("stream_wait_event", &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, "stream_wait_event", stream_handle_in, &stream);

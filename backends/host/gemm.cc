@@ -206,7 +206,7 @@ tsr_status validate_and_resolve(Backend& backend, tsr_gemm_desc& d) {
 tsr_status gemm_entry(const tsr_gemm_desc* desc, tsr_stream stream_handle) {
   static constexpr const char* kOp = "gemm_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

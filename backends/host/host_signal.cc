@@ -72,9 +72,9 @@ namespace api {
 tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
   static constexpr const char* kOp = "host_signal_create";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, kOp, device, &dev); s != TSR_OK) return s;
     if (out_signal == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_signal is NULL", kOp);
     *out_signal =
@@ -86,7 +86,7 @@ tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
 tsr_status host_signal_destroy(tsr_host_signal handle) {
   static constexpr const char* kOp = "host_signal_destroy";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: host signal is NULL", kOp);
     std::shared_ptr<HostSignal> signal = backend->host_signals.remove(host_signal_id(handle));
@@ -105,7 +105,7 @@ tsr_status host_signal_destroy(tsr_host_signal handle) {
 tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
   static constexpr const char* kOp = "host_signal_raise";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_host_signal(*backend, kOp, handle, &signal); s != TSR_OK) return s;
@@ -117,7 +117,7 @@ tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
 tsr_status host_signal_query(tsr_host_signal handle, uint64_t* out_value) {
   static constexpr const char* kOp = "host_signal_query";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_host_signal(*backend, kOp, handle, &signal); s != TSR_OK) return s;
@@ -131,7 +131,7 @@ tsr_status stream_wait_host_signal(tsr_stream stream_handle_in, tsr_host_signal 
                                    uint64_t value) {
   static constexpr const char* kOp = "stream_wait_host_signal";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle_in, &stream); s != TSR_OK) {

@@ -91,7 +91,7 @@ namespace api {
 tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
   static constexpr const char* kOp = "ipc_get_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (device_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: device_ptr is NULL", kOp);
     if (out_handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_handle is NULL", kOp);
@@ -125,9 +125,9 @@ tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
 tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_ptr) {
   static constexpr const char* kOp = "ipc_open_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, kOp, device, &dev); s != TSR_OK) return s;
     if (handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: handle is NULL", kOp);
     if (out_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ptr is NULL", kOp);
@@ -174,7 +174,7 @@ tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** 
 tsr_status ipc_close_handle(void* ptr) {
   static constexpr const char* kOp = "ipc_close_handle";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: ptr is NULL", kOp);
     std::optional<Allocation> taken = backend->memory.take(ptr, {AllocationKind::kIpc});

@@ -266,9 +266,9 @@ namespace api {
 
 tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
   return guarded("device_malloc", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_malloc", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "device_malloc", device, &dev); s != TSR_OK) {
       return s;
     }
@@ -295,9 +295,9 @@ tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
 
 tsr_status device_free(int32_t device, void* ptr) {
   return guarded("device_free", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("device_free", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "device_free", device, &dev); s != TSR_OK) return s;
     if (ptr == nullptr) return TSR_OK;
     std::optional<Allocation> found = backend->memory.find(ptr);
@@ -324,7 +324,7 @@ tsr_status device_free(int32_t device, void* ptr) {
 
 tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
   return guarded("host_malloc_pinned", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("host_malloc_pinned", &backend); s != TSR_OK) return s;
     if (out_ptr == nullptr)
       return fail(TSR_INVALID_ARGUMENT, "host_malloc_pinned: out_ptr is NULL");
@@ -354,7 +354,7 @@ tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
 
 tsr_status host_free_pinned(void* ptr) {
   return guarded("host_free_pinned", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("host_free_pinned", &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return TSR_OK;
     std::optional<Allocation> taken = backend->memory.take(ptr, {AllocationKind::kPinned});
@@ -372,7 +372,7 @@ tsr_status host_free_pinned(void* ptr) {
 
 tsr_status host_register(void* ptr, size_t bytes) {
   return guarded("host_register", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("host_register", &backend); s != TSR_OK) return s;
     if (backend->config.discrete) {
       // A discrete device reaches host memory only through copies; registering would have to
@@ -407,7 +407,7 @@ tsr_status host_register(void* ptr, size_t bytes) {
 
 tsr_status host_unregister(void* ptr) {
   return guarded("host_unregister", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("host_unregister", &backend); s != TSR_OK) return s;
     if (ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "host_unregister: ptr is NULL");
     std::optional<Allocation> taken = backend->memory.take(ptr, {AllocationKind::kRegistered});
@@ -423,7 +423,7 @@ tsr_status host_unregister(void* ptr) {
 
 tsr_status pointer_attributes(const void* ptr, tsr_pointer_attributes* out) {
   return guarded("pointer_attributes", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("pointer_attributes", &backend); s != TSR_OK) return s;
     if (out == nullptr) return fail(TSR_INVALID_ARGUMENT, "pointer_attributes: out is NULL");
     if (out->struct_size < sizeof(size_t)) {

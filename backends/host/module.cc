@@ -379,9 +379,9 @@ tsr_status module_load(int32_t device, int32_t format, const void* image, size_t
                        const char* name, tsr_module* out_module) {
   static constexpr const char* kOp = "module_load";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, kOp, device, &dev); s != TSR_OK) return s;
     if (out_module == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_module is NULL", kOp);
     const std::string image_name = name != nullptr && name[0] != '\0' ? name : "(unnamed image)";
@@ -409,7 +409,7 @@ tsr_status module_load(int32_t device, int32_t format, const void* image, size_t
 tsr_status module_unload(tsr_module handle) {
   static constexpr const char* kOp = "module_unload";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Module> module;
     if (tsr_status s = lookup_module(*backend, kOp, handle, &module); s != TSR_OK) return s;
@@ -427,7 +427,7 @@ tsr_status module_unload(tsr_module handle) {
 tsr_status module_get_function(tsr_module handle, const char* name, tsr_function* out_function) {
   static constexpr const char* kOp = "module_get_function";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Module> module;
     if (tsr_status s = lookup_module(*backend, kOp, handle, &module); s != TSR_OK) return s;
@@ -452,7 +452,7 @@ tsr_status launch(tsr_stream stream_handle, tsr_function function_handle_in,
                   const tsr_launch_config* config, const tsr_kernel_arg* args, size_t arg_count) {
   static constexpr const char* kOp = "launch";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

@@ -21,7 +21,7 @@ tsr_status reduce_async(void* dst, const void* const* srcs, int32_t num_srcs, si
                         tsr_dtype dtype_in, tsr_reduce_op op_in, tsr_stream stream_handle) {
   static constexpr const char* kOp = "reduce_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;

@@ -282,9 +282,9 @@ namespace api {
 
 tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_stream) {
   return guarded("stream_create", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("stream_create", &backend); s != TSR_OK) return s;
-    Device* dev;
+    Device* dev = nullptr;
     if (tsr_status s = lookup_device(*backend, "stream_create", device, &dev); s != TSR_OK) {
       return s;
     }
@@ -299,7 +299,7 @@ tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_strea
 
 tsr_status stream_destroy(tsr_stream handle) {
   return guarded("stream_destroy", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("stream_destroy", &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, "stream_destroy", handle, &stream); s != TSR_OK) {
@@ -324,7 +324,7 @@ tsr_status stream_destroy(tsr_stream handle) {
 
 tsr_status stream_synchronize(tsr_stream handle) {
   return guarded("stream_synchronize", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("stream_synchronize", &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, "stream_synchronize", handle, &stream);
@@ -337,7 +337,7 @@ tsr_status stream_synchronize(tsr_stream handle) {
 
 tsr_status stream_query(tsr_stream handle) {
   return guarded("stream_query", [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend("stream_query", &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, "stream_query", handle, &stream); s != TSR_OK) {
@@ -350,7 +350,7 @@ tsr_status stream_query(tsr_stream handle) {
 tsr_status stream_add_callback(tsr_stream handle, tsr_host_fn fn, void* user_data) {
   static constexpr const char* kOp = "stream_add_callback";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -364,7 +364,7 @@ tsr_status stream_add_callback_with_message(tsr_stream handle, tsr_host_msg_fn f
                                             void* user_data) {
   static constexpr const char* kOp = "stream_add_callback_with_message";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;
@@ -378,7 +378,7 @@ tsr_status stream_add_callback_with_message(tsr_stream handle, tsr_host_msg_fn f
 tsr_status stream_busy_wait(tsr_stream handle, uint64_t microseconds) {
   static constexpr const char* kOp = "stream_busy_wait";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, handle, &stream); s != TSR_OK) return s;

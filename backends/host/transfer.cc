@@ -67,7 +67,7 @@ namespace api {
 tsr_status memcpy_async(void* dst, const void* src, size_t bytes, tsr_stream stream_handle) {
   static constexpr const char* kOp = "memcpy_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
@@ -81,7 +81,7 @@ tsr_status memcpy_async(void* dst, const void* src, size_t bytes, tsr_stream str
 tsr_status memset_async(void* dst, int32_t value, size_t bytes, tsr_stream stream_handle) {
   static constexpr const char* kOp = "memset_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
     std::shared_ptr<Stream> stream;
     if (tsr_status s = lookup_stream(*backend, kOp, stream_handle, &stream); s != TSR_OK) return s;
@@ -106,9 +106,9 @@ tsr_status memcpy_peer_async(void* dst, int32_t dst_device, const void* src, int
                              size_t bytes, tsr_stream stream_handle) {
   static constexpr const char* kOp = "memcpy_peer_async";
   return guarded(kOp, [&] {
-    Backend* backend;
+    Backend* backend = nullptr;
     if (tsr_status s = require_backend(kOp, &backend); s != TSR_OK) return s;
-    Device* device;
+    Device* device = nullptr;
     if (tsr_status s =
             lookup_device(*backend, "memcpy_peer_async (dst_device)", dst_device, &device);
         s != TSR_OK) {

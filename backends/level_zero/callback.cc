@@ -110,9 +110,9 @@ namespace {
 tsr_status add_callback(const char* kOp, tsr_stream handle, tsr_host_fn fn, tsr_host_msg_fn msg_fn,
                         void* user_data) {
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status st = require(kOp, &b); st != TSR_OK) return st;
-    Stream* s;
+    Stream* s = nullptr;
     if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
     if (fn == nullptr && msg_fn == nullptr) {
       return fail(TSR_INVALID_ARGUMENT, "%s: fn is NULL", kOp);

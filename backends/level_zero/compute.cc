@@ -57,9 +57,9 @@ tsr_status reduce_async(void* dst, const void* const* srcs, int32_t num_srcs, si
                         tsr_dtype dtype_in, tsr_reduce_op op_in, tsr_stream handle) {
   static constexpr const char* kOp = "reduce_async";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status st = require(kOp, &b); st != TSR_OK) return st;
-    Stream* s;
+    Stream* s = nullptr;
     if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
     int32_t dtype, op;  // the caller's raw ints (backend_abi.h): validate before use
     std::memcpy(&dtype, &dtype_in, sizeof dtype);
@@ -116,9 +116,9 @@ tsr_status cast_async(void* dst, tsr_dtype dst_dtype_in, const void* src, tsr_dt
                       size_t count, tsr_stream handle) {
   static constexpr const char* kOp = "cast_async";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status st = require(kOp, &b); st != TSR_OK) return st;
-    Stream* s;
+    Stream* s = nullptr;
     if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
     int32_t to, from;
     std::memcpy(&to, &dst_dtype_in, sizeof to);

@@ -105,7 +105,7 @@ int32_t device_count(const char** out_reason) {
 }
 
 tsr_status device_properties(int32_t device, tsr_device_properties* out) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("device_properties", &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, "device_properties", device); s != TSR_OK) return s;
   if (out == nullptr || out->struct_size < sizeof(size_t)) {
@@ -133,7 +133,7 @@ tsr_status device_properties(int32_t device, tsr_device_properties* out) {
 }
 
 tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("memory_info", &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, "memory_info", device); s != TSR_OK) return s;
   if (out_free == nullptr || out_total == nullptr) {
@@ -151,7 +151,7 @@ tsr_status memory_info(int32_t device, size_t* out_free, size_t* out_total) {
 
 tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can_access) {
   static constexpr const char* kOp = "device_can_access_peer";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, peer); s != TSR_OK) return s;
@@ -167,7 +167,7 @@ tsr_status device_can_access_peer(int32_t device, int32_t peer, int32_t* out_can
 
 tsr_status device_enable_peer_access(int32_t device, int32_t peer) {
   static constexpr const char* kOp = "device_enable_peer_access";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, peer); s != TSR_OK) return s;

@@ -112,7 +112,7 @@ namespace api {
 tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
   static constexpr const char* kOp = "host_signal_create";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (out_signal == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_signal is NULL", kOp);
@@ -130,7 +130,7 @@ tsr_status host_signal_create(int32_t device, tsr_host_signal* out_signal) {
 tsr_status host_signal_destroy(tsr_host_signal handle) {
   static constexpr const char* kOp = "host_signal_destroy";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_signal(*b, kOp, handle, &signal); s != TSR_OK) return s;
@@ -154,7 +154,7 @@ tsr_status host_signal_destroy(tsr_host_signal handle) {
 tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
   static constexpr const char* kOp = "host_signal_raise";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_signal(*b, kOp, handle, &signal); s != TSR_OK) return s;
@@ -166,7 +166,7 @@ tsr_status host_signal_raise(tsr_host_signal handle, uint64_t value) {
 tsr_status host_signal_query(tsr_host_signal handle, uint64_t* out_value) {
   static constexpr const char* kOp = "host_signal_query";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status s = lookup_signal(*b, kOp, handle, &signal); s != TSR_OK) return s;
@@ -180,9 +180,9 @@ tsr_status stream_wait_host_signal(tsr_stream stream_handle, tsr_host_signal sig
                                    uint64_t value) {
   static constexpr const char* kOp = "stream_wait_host_signal";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-    Stream* s;
+    Stream* s = nullptr;
     if (tsr_status st = lookup_stream(*b, kOp, stream_handle, &s); st != TSR_OK) return st;
     std::shared_ptr<HostSignal> signal;
     if (tsr_status st = lookup_signal(*b, kOp, signal_handle, &signal); st != TSR_OK) return st;

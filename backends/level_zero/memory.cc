@@ -30,7 +30,7 @@ namespace api {
 tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
   static constexpr const char* kOp = "device_malloc";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (out_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ptr is NULL", kOp);
@@ -54,7 +54,7 @@ tsr_status device_malloc(int32_t device, size_t bytes, void** out_ptr) {
 
 tsr_status device_free(int32_t device, void* ptr) {
   static constexpr const char* kOp = "device_free";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (ptr == nullptr) return TSR_OK;
   if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
@@ -67,7 +67,7 @@ tsr_status device_free(int32_t device, void* ptr) {
 tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
   static constexpr const char* kOp = "host_malloc_pinned";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (out_ptr == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ptr is NULL", kOp);
     if (bytes == 0) {
@@ -86,7 +86,7 @@ tsr_status host_malloc_pinned(size_t bytes, void** out_ptr) {
 
 tsr_status host_free_pinned(void* ptr) {
   static constexpr const char* kOp = "host_free_pinned";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (ptr == nullptr) return TSR_OK;
   if (!forget(*b, ptr, Kind::kHost)) {
@@ -97,7 +97,7 @@ tsr_status host_free_pinned(void* ptr) {
 }
 
 tsr_status pointer_attributes(const void* ptr, tsr_pointer_attributes* out) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("pointer_attributes", &b); s != TSR_OK) return s;
   if (out == nullptr || out->struct_size < sizeof(size_t)) {
     return fail(TSR_INVALID_ARGUMENT, "pointer_attributes: out is NULL or too small");
@@ -130,7 +130,7 @@ static_assert(sizeof(ze_ipc_mem_handle_t) <= sizeof(tsr_ipc_handle), "IPC handle
 
 tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
   static constexpr const char* kOp = "ipc_get_handle";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (out_handle == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_handle is NULL", kOp);
   std::optional<Allocation> a = find_allocation(*b, device_ptr);
@@ -148,7 +148,7 @@ tsr_status ipc_get_handle(void* device_ptr, tsr_ipc_handle* out_handle) {
 tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** out_ptr) {
   static constexpr const char* kOp = "ipc_open_handle";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (handle == nullptr || out_ptr == nullptr) {
@@ -167,7 +167,7 @@ tsr_status ipc_open_handle(int32_t device, const tsr_ipc_handle* handle, void** 
 
 tsr_status ipc_close_handle(void* ptr) {
   static constexpr const char* kOp = "ipc_close_handle";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   std::optional<Allocation> a = forget(*b, ptr, Kind::kIpc);
   if (!a) return fail(TSR_INVALID_ARGUMENT, "%s: %p was not opened with ipc_open_handle", kOp, ptr);

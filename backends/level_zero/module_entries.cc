@@ -129,7 +129,7 @@ tsr_status module_load(int32_t device, int32_t format, const void* image, size_t
                        const char* name, tsr_module* out_module) {
   static constexpr const char* kOp = "module_load";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (out_module == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_module is NULL", kOp);
@@ -177,7 +177,7 @@ tsr_status module_load(int32_t device, int32_t format, const void* image, size_t
 tsr_status module_unload(tsr_module handle) {
   static constexpr const char* kOp = "module_unload";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     std::shared_ptr<UserModule> module;
     if (tsr_status s = find(*b, b->user_modules, kModuleTag, kOp, "module", handle, &module);
@@ -202,7 +202,7 @@ tsr_status module_unload(tsr_module handle) {
 tsr_status module_get_function(tsr_module handle, const char* name, tsr_function* out_function) {
   static constexpr const char* kOp = "module_get_function";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     std::shared_ptr<UserModule> module;
     if (tsr_status s = find(*b, b->user_modules, kModuleTag, kOp, "module", handle, &module);
@@ -247,9 +247,9 @@ tsr_status launch(tsr_stream stream_handle, tsr_function function, const tsr_lau
                   const tsr_kernel_arg* args, size_t arg_count) {
   static constexpr const char* kOp = "launch";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-    Stream* stream;
+    Stream* stream = nullptr;
     if (tsr_status s = lookup_stream(*b, kOp, stream_handle, &stream); s != TSR_OK) return s;
     std::shared_ptr<UserKernel> k;
     if (tsr_status s = find(*b, b->user_kernels, kKernelTag, kOp, "function", function, &k);

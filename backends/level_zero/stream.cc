@@ -179,7 +179,7 @@ namespace api {
 tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_stream) {
   static constexpr const char* kOp = "stream_create";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (out_stream == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_stream is NULL", kOp);
@@ -207,9 +207,9 @@ tsr_status stream_create(int32_t device, int32_t priority, tsr_stream* out_strea
 }
 
 tsr_status stream_destroy(tsr_stream handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("stream_destroy", &b); s != TSR_OK) return s;
-  Stream* s;
+  Stream* s = nullptr;
   if (tsr_status st = lookup_stream(*b, "stream_destroy", handle, &s); st != TSR_OK) return st;
   if ((s = take_stream(*b, handle)) != nullptr) {
     if (waits_on_host_signal(*s)) {
@@ -225,9 +225,9 @@ tsr_status stream_destroy(tsr_stream handle) {
 }
 
 tsr_status stream_synchronize(tsr_stream handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("stream_synchronize", &b); s != TSR_OK) return s;
-  Stream* s;
+  Stream* s = nullptr;
   if (tsr_status st = lookup_stream(*b, "stream_synchronize", handle, &s); st != TSR_OK) return st;
   std::lock_guard lock(s->mutex);
   if (ze_result_t r = drain(*s, UINT64_MAX); r != ZE_RESULT_SUCCESS) {
@@ -237,9 +237,9 @@ tsr_status stream_synchronize(tsr_stream handle) {
 }
 
 tsr_status stream_query(tsr_stream handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("stream_query", &b); s != TSR_OK) return s;
-  Stream* s;
+  Stream* s = nullptr;
   if (tsr_status st = lookup_stream(*b, "stream_query", handle, &s); st != TSR_OK) return st;
   std::lock_guard lock(s->mutex);
   ze_result_t r = drain(*s, 0);
@@ -250,10 +250,10 @@ tsr_status stream_query(tsr_stream handle) {
 
 tsr_status stream_wait_event(tsr_stream stream_handle, tsr_event event_handle) {
   static constexpr const char* kOp = "stream_wait_event";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-  Stream* s;
-  Event* e;
+  Stream* s = nullptr;
+  Event* e = nullptr;
   if (tsr_status st = lookup_stream(*b, kOp, stream_handle, &s); st != TSR_OK) return st;
   if (tsr_status st = lookup_event(*b, kOp, event_handle, &e); st != TSR_OK) return st;
   if (!e->recorded.load()) return TSR_OK;  // never recorded: already complete
@@ -265,7 +265,7 @@ tsr_status stream_wait_event(tsr_stream stream_handle, tsr_event event_handle) {
 tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
   static constexpr const char* kOp = "event_create";
   return guarded(kOp, [&] {
-    Backend* b;
+    Backend* b = nullptr;
     if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
     if (tsr_status s = check_device(*b, kOp, device); s != TSR_OK) return s;
     if (out_event == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_event is NULL", kOp);
@@ -287,9 +287,9 @@ tsr_status event_create(int32_t device, uint32_t flags, tsr_event* out_event) {
 }
 
 tsr_status event_destroy(tsr_event handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("event_destroy", &b); s != TSR_OK) return s;
-  Event* e;
+  Event* e = nullptr;
   if (tsr_status st = lookup_event(*b, "event_destroy", handle, &e); st != TSR_OK) return st;
   if ((e = take_event(*b, handle)) != nullptr) {
     if (pending(*e)) {
@@ -304,10 +304,10 @@ tsr_status event_destroy(tsr_event handle) {
 
 tsr_status event_record(tsr_event event_handle, tsr_stream stream_handle) {
   static constexpr const char* kOp = "event_record";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-  Stream* s;
-  Event* e;
+  Stream* s = nullptr;
+  Event* e = nullptr;
   if (tsr_status st = lookup_event(*b, kOp, event_handle, &e); st != TSR_OK) return st;
   if (tsr_status st = lookup_stream(*b, kOp, stream_handle, &s); st != TSR_OK) return st;
   if (pending(*e)) {
@@ -340,9 +340,9 @@ tsr_status event_record(tsr_event event_handle, tsr_stream stream_handle) {
 }
 
 tsr_status event_synchronize(tsr_event handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("event_synchronize", &b); s != TSR_OK) return s;
-  Event* e;
+  Event* e = nullptr;
   if (tsr_status st = lookup_event(*b, "event_synchronize", handle, &e); st != TSR_OK) return st;
   if (!e->recorded.load()) return TSR_OK;
   TSR_ZE_CHECK("event_synchronize", zeEventHostSynchronize, e->handle, UINT64_MAX);
@@ -350,9 +350,9 @@ tsr_status event_synchronize(tsr_event handle) {
 }
 
 tsr_status event_query(tsr_event handle) {
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require("event_query", &b); s != TSR_OK) return s;
-  Event* e;
+  Event* e = nullptr;
   if (tsr_status st = lookup_event(*b, "event_query", handle, &e); st != TSR_OK) return st;
   if (!e->recorded.load()) return TSR_OK;
   ze_result_t r = ze().zeEventQueryStatus(e->handle);
@@ -363,10 +363,10 @@ tsr_status event_query(tsr_event handle) {
 
 tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms) {
   static constexpr const char* kOp = "event_elapsed_time";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-  Event* e0;
-  Event* e1;
+  Event* e0 = nullptr;
+  Event* e1 = nullptr;
   if (tsr_status st = lookup_event(*b, kOp, start, &e0); st != TSR_OK) return st;
   if (tsr_status st = lookup_event(*b, kOp, end, &e1); st != TSR_OK) return st;
   if (out_ms == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: out_ms is NULL", kOp);
@@ -393,9 +393,9 @@ tsr_status event_elapsed_time(tsr_event start, tsr_event end, float* out_ms) {
 
 tsr_status memcpy_async(void* dst, const void* src, size_t bytes, tsr_stream handle) {
   static constexpr const char* kOp = "memcpy_async";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-  Stream* s;
+  Stream* s = nullptr;
   if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
   if (bytes == 0) return TSR_OK;
   if (dst == nullptr || src == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: NULL pointer", kOp);
@@ -406,9 +406,9 @@ tsr_status memcpy_async(void* dst, const void* src, size_t bytes, tsr_stream han
 
 tsr_status memset_async(void* dst, int32_t value, size_t bytes, tsr_stream handle) {
   static constexpr const char* kOp = "memset_async";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
-  Stream* s;
+  Stream* s = nullptr;
   if (tsr_status st = lookup_stream(*b, kOp, handle, &s); st != TSR_OK) return st;
   if (bytes == 0) return TSR_OK;
   if (dst == nullptr) return fail(TSR_INVALID_ARGUMENT, "%s: dst is NULL", kOp);
@@ -422,7 +422,7 @@ tsr_status memset_async(void* dst, int32_t value, size_t bytes, tsr_stream handl
 tsr_status memcpy_peer_async(void* dst, int32_t dst_device, const void* src, int32_t src_device,
                              size_t bytes, tsr_stream handle) {
   static constexpr const char* kOp = "memcpy_peer_async";
-  Backend* b;
+  Backend* b = nullptr;
   if (tsr_status s = require(kOp, &b); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, dst_device); s != TSR_OK) return s;
   if (tsr_status s = check_device(*b, kOp, src_device); s != TSR_OK) return s;

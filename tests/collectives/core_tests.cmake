@@ -13,3 +13,4 @@ tessera_gtest_env(_coll_test_env "TESSERA_BACKEND_PATH=${TESSERA_BUILD_BACKEND_D
                   ${TESSERA_DEVICE_TEST_ENV})
 gtest_discover_tests(tessera_coll_test PROPERTIES LABELS "collectives" TIMEOUT 300
                      ENVIRONMENT "${_coll_test_env}")
+tessera_unity_build(tessera_coll_test SKIP ${CMAKE_CURRENT_LIST_DIR}/device_memory_test.cc)
