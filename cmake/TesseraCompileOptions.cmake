@@ -19,14 +19,16 @@ endfunction()
 # The linker: LLVM's lld where it is installed (Debian's `lld`, scripts/setup.sh), which links this
 # tree's ~200 executables and libraries 3-5 times faster than GNU ld (bin/tessera: 3.9 s -> 0.8 s
 # with line tables); linking was a ninth of a CI build's CPU time. TESSERA_LINKER=default keeps the
-# compiler's own choice. C and C++ links only: nvcc drives its own.
+# compiler's own choice. C and C++ links only: nvcc drives its own. lld resolves symbols from
+# static archives in any order where GNU ld needs each archive after its users, so it warns
+# (--warn-backrefs) where GNU ld would fail: a missing target_link_libraries edge shows here too.
 set(TESSERA_LINKER "auto" CACHE STRING "Linker for C/C++ links: auto (lld when found), lld, default")
 set_property(CACHE TESSERA_LINKER PROPERTY STRINGS auto lld default)
 if(TESSERA_LINKER STREQUAL "auto" OR TESSERA_LINKER STREQUAL "lld")
   include(CheckLinkerFlag)
   check_linker_flag(CXX "-fuse-ld=lld" TESSERA_HAVE_LLD)
   if(TESSERA_HAVE_LLD)
-    add_link_options("$<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>")
+    add_link_options("$<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld;-Wl,--warn-backrefs>")
   elseif(TESSERA_LINKER STREQUAL "lld")
     message(FATAL_ERROR "TESSERA_LINKER=lld but '${CMAKE_CXX_COMPILER} -fuse-ld=lld' cannot link "
                         "(install Debian's lld, or set TESSERA_LINKER=auto)")
@@ -75,14 +77,17 @@ if(TESSERA_FUZZ)
 endif()
 
 # Unity (jumbo) builds for the targets whose files each spend most of their compile time on the
-# same header-only libraries (nlohmann-json, CLI11, GoogleTest): one compiler run per batch of
-# files instead of one per file instantiates those templates once per batch. On 2 cores this is
-# what keeps CI within its 45-minute budget (README.md). The files of a batch share one
-# translation unit, so helpers in anonymous namespaces must not share a name across the files of a
-# batch (the compiler reports a redefinition: rename the helper). TESSERA_UNITY_BUILD=OFF compiles
-# every file on its own (quicker rebuilds while editing one file). SKIP lists files (relative to
-# the calling CMakeLists.txt) that stay on their own because a helper name collides.
-option(TESSERA_UNITY_BUILD "Compile the json/CLI11/test-heavy targets as unity batches" ON)
+# same headers (nlohmann-json, CLI11, GoogleTest, the backends' shared headers): one compiler run
+# per batch of files instead of one per file parses and instantiates them once per batch. On 2
+# cores this is what keeps CI within its 45-minute budget (README.md). The files of a batch (up to
+# BATCH_SIZE, in source-list order) share one translation unit, so helpers in anonymous namespaces
+# should not share a name across the files of a batch: the same signature is a redefinition the
+# compiler reports (rename the helper), but different parameters make silent overloads, and a
+# later call may bind to the other file's helper. Macros also reach the files after theirs.
+# TESSERA_UNITY_BUILD=OFF compiles every file on its own (quicker rebuilds while editing one
+# file). SKIP lists files (relative to the calling CMakeLists.txt) that stay on their own because a
+# name collides. CUDA sources never join a batch (newer CMake would batch them too).
+option(TESSERA_UNITY_BUILD "Compile the header-heavy targets (tessera_unity_build) as unity batches" ON)
 function(tessera_unity_build target)
   cmake_parse_arguments(arg "" "BATCH_SIZE" "SKIP" ${ARGN})
   if(NOT TESSERA_UNITY_BUILD OR NOT TARGET ${target})
@@ -92,7 +97,9 @@ function(tessera_unity_build target)
     set(arg_BATCH_SIZE 8)
   endif()
   set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${arg_BATCH_SIZE})
-  if(arg_SKIP)
-    set_source_files_properties(${arg_SKIP} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+  get_target_property(sources ${target} SOURCES)
+  list(FILTER sources INCLUDE REGEX "\\.cu$")
+  if(arg_SKIP OR sources)
+    set_source_files_properties(${arg_SKIP} ${sources} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
   endif()
 endfunction()

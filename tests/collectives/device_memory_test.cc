@@ -4,6 +4,7 @@
 // Each rank is a forked process that sets its backend environment before loading the backend, so
 // these tests mean the same under any ctest environment.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -455,13 +456,26 @@ TEST(StreamOperations, WorkEventOrdersOtherStreamsAfterTheOperation) {
 // A communicator destroyed with an operation still waiting for its stream fails the operation
 // and releases the stream: later work on it runs, nothing waits forever.
 TEST(StreamOperations, DestroyingTheCommunicatorReleasesTheStream) {
+  // Rank 1 never joins the operation but stays alive until rank 0 is done (a byte on `done`, or
+  // 60 s): had it exited, rank 0's liveness check could end the operation first ("rank 1 died",
+  // seen under ThreadSanitizer) and the destruction would not be what released the stream.
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
   expect_all_ok(run_ranks(2,
-                          [](int rank, int n) {
+                          [&done](int rank, int n) {
                             auto r = open_rank("1:discrete", "1");
                             CHILD_CHECK(r, "backend");
                             auto comm = child_communicator(rank, n, {}, &*r->device);
                             if (!comm) return 2;
-                            if (rank == 1) return 0;  // never joins the operation
+                            if (rank == 1) {
+                              pollfd wait_for_rank0{done[0], POLLIN, 0};
+                              (void)poll(&wait_for_rank0, 1, 60 * 1000);
+                              return 0;
+                            }
+                            struct Release {  // tells rank 1 on every way out
+                              int fd;
+                              ~Release() { (void)!write(fd, "x", 1); }
+                            } release{done[1]};
                             auto buf = r->device->allocate(4096);
                             CHILD_CHECK(buf.ok(), "allocate");
                             CHILD_OK(r->stream->busy_wait(300 * 1000));
@@ -479,6 +493,8 @@ TEST(StreamOperations, DestroyingTheCommunicatorReleasesTheStream) {
                             return 0;
                           }),
                 2);
+  close(done[0]);
+  close(done[1]);
 }
 
 }  // namespace

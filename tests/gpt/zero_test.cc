@@ -9,11 +9,13 @@
 #include <cstring>
 
 #include "model_test_support.h"
+#include "support/device_rank.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
 
+using coll::testing::expect_all_ok;
 using coll::testing::run_ranks;
 
 // Tolerances: model_test_support.h (here the dp sum of gradients, ZeRO-2/3's per-micro-batch
@@ -133,20 +135,13 @@ int zero_body(int rank, int size, Case c) {
   return 0;
 }
 
-void expect_ok(const std::vector<coll::testing::RankResult>& results, int n) {
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
-}
-
 void expect_zero_matches_one_rank(Case c) {
   coll::testing::MultiprocessOptions options;
   options.deadline = std::chrono::milliseconds(240000);
   const int n = c.tp * c.dp;
-  expect_ok(run_ranks(
-                n, [c](int rank, int size) { return zero_body(rank, size, c); }, options),
-            n);
+  expect_all_ok(run_ranks(
+                    n, [c](int rank, int size) { return zero_body(rank, size, c); }, options),
+                n);
 }
 
 TEST(GptZero, ZeroOneDataParallelTwoMatchesOneRankDense) {
@@ -259,7 +254,7 @@ int memory_body(int rank, int size, const char* file, int64_t layers) {
 void expect_memory_falls(const char* file, int dp, int64_t layers = 0) {
   coll::testing::MultiprocessOptions options;
   options.deadline = std::chrono::milliseconds(120000);
-  expect_ok(
+  expect_all_ok(
       run_ranks(
           dp, [file, layers](int rank, int size) { return memory_body(rank, size, file, layers); },
           options),

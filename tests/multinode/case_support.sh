@@ -1,5 +1,6 @@
-# Sourced by the multi-node case scripts (launch_test.sh, probe_test.sh): what every case does
-# before and after its own steps. Needs `hosts_sh` set by the caller (scripts/netns-hosts.sh).
+# Sourced by the multi-node case scripts (launch_test.sh, probe_test.sh, mpirun_test.sh): what
+# every case does before and after its own steps. Sets `name` (require_testbed); `fail` reads the
+# case's outputs from `$work`.
 
 # require_testbed STATE: the name of the fixture's hosts (fixture.sh writes it as STATE's first
 # line) in `name`; exits 77 (skip) with the fixture's reason when it could not make hosts, 1 when

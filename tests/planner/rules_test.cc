@@ -56,7 +56,7 @@ TEST(Rules, FixedValuesAndWholePlansNameTheSameRule) {
                 "vp=2 needs the 1 micro-batches to be a multiple of pp=2"},
            Case{&dense, "pp=1,vp=2", plan(1, 1, 48, 1, 1, 2, 1, 0), "vp=2 needs pp > 1"},
            Case{&dense, "pp=2,zero=3", plan(1, 2, 24, 1, 1, 1, 1, 3),
-                "zero=3 with pp>1 is not supported"},
+                "zero=3 with pp>1 is not modelled by the planner"},
            Case{&moe, "ep=8,dp=4", plan(4, 3, 4, 1, 8, 1, 1, 0), "ep=8 does not divide dp=4"},
        }) {
     SearchConstraints k;

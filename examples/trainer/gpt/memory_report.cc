@@ -90,7 +90,7 @@ std::string memory_report_text(const MemoryComparison& c, int rank) {
   out += line;
   for (const MemoryRole* r :
        {&c.weights, &c.gradients, &c.optimizer, &c.activations, &c.pipeline, &c.other}) {
-    std::snprintf(line, sizeof line, "  %-26s trainer %9.3f MB, planner %9.3f MB\n", r->name,
+    std::snprintf(line, sizeof line, "  %-28s trainer %9.3f MB, planner %9.3f MB\n", r->name,
                   r->accounted / 1e6, r->predicted / 1e6);
     out += line;
   }

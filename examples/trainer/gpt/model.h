@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -78,6 +79,11 @@ class GptModel {
   // ZeRO (zero.h): null at level 0. Its hooks run around each part (the embedding, each block,
   // the head) of the forward and backward; the trainer runs its reduce and finish_step.
   ZeroEngine* zero() const { return zero_.get(); }
+  // Called once each part's backward (the head, each block, the embedding) is queued on its
+  // stream, after ZeRO's grads_end: the trainer's --overlap marks that part's gradients ready
+  // there (grad_overlap.h). Empty (the default): nothing is called.
+  using GradsDone = std::function<Status(const hal::Stream&, Part, int layer)>;
+  void set_grads_done(GradsDone hook) { grads_done_ = std::move(hook); }
 
   Params& params() { return params_; }
   const Params& params() const { return params_; }
@@ -134,7 +140,8 @@ class GptModel {
     return zero_ ? zero_->grads_begin(part, layer) : Status();
   }
   Status zero_grads_end(const hal::Stream& s, Part part, int layer) {
-    return zero_ ? zero_->grads_end(s, part, layer) : Status();
+    if (zero_) TSR_RETURN_IF_ERROR(zero_->grads_end(s, part, layer));
+    return grads_done_ ? grads_done_(s, part, layer) : Status();
   }
 
   // The activations of block `layer` (one shared set under full recomputation).
@@ -157,6 +164,7 @@ class GptModel {
   // Local (tensor-parallel) widths.
   int64_t heads_l_, kv_heads_l_, q_l_, kv_l_, ffn_l_, vocab_l_, vocab_begin_;
   std::unique_ptr<ZeroEngine> zero_;  // binds into params_: declared after it
+  GradsDone grads_done_;
   Arena arena_;
   Activations a_;
   Scratch g_;

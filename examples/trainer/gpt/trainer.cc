@@ -3,6 +3,31 @@
 #include "ep.h"
 
 namespace tessera::gpt {
+namespace {
+
+// What --overlap does not cover yet, refused by name before anything is allocated.
+Status check_overlap(const TrainOptions& options, const ParallelGroups& groups) {
+  if (!options.overlap) return Status();
+  auto refuse = [](const std::string& what, const char* why) {
+    return invalid_argument("GPT trainer: overlap with " + what + " is not supported yet (" + why +
+                            ")");
+  };
+  if (options.zero > 0) {
+    return refuse("zero=" + std::to_string(options.zero), "ZeRO reduces through its own hooks");
+  }
+  if (options.grad_comm != DType::kF32) return refuse("grad_comm bf16", "f32 gradients only");
+  if (groups.ep_size() > 1) {
+    return refuse("expert parallelism ep " + std::to_string(groups.ep_size()),
+                  "expert gradients sum over another group");
+  }
+  if (groups.pp_size() > 1) {
+    return refuse("pipeline parallelism pp " + std::to_string(groups.pp_size()),
+                  "1F1B interleaves the micro-batches' backwards");
+  }
+  return Status();
+}
+
+}  // namespace
 
 GptTrainer::GptTrainer(std::unique_ptr<GptModel> model, AdamW adamw, TrainOptions options,
                        hal::DeviceBuffer scalars, hal::DeviceBuffer wire)
@@ -34,6 +59,7 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
     return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
                             " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
   }
+  TSR_RETURN_IF_ERROR(check_overlap(options, groups));
   TSR_ASSIGN_OR_RETURN(
       std::unique_ptr<GptModel> model,
       GptModel::create(device, config, std::move(kernels), std::move(groups), options.act,
@@ -63,6 +89,15 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
     trainer->pipeline_ = std::make_unique<Pipeline>(std::move(pipeline));
   }
   trainer->device_ = &device;
+  if (options.overlap && trainer->model_->groups().dp_size() > 1) {
+    GptModel& m = *trainer->model_;
+    TSR_ASSIGN_OR_RETURN(trainer->overlap_,
+                         GradOverlap::create(device, m.groups(), m.params(), config.layers,
+                                             options.overlap_bucket_bytes));
+    m.set_grads_done([o = trainer->overlap_.get()](const hal::Stream& s, Part part, int layer) {
+      return o->part_done(s, part, layer);
+    });
+  }
   return trainer;
 }
 
@@ -87,6 +122,7 @@ Status GptTrainer::allreduce_grads(const hal::Stream& s) {
   const Params& params = model_->params();
   const uint64_t n = params.layout().total;
   if (ZeroEngine* zero = model_->zero()) return zero->reduce(s);
+  if (overlap_) return overlap_->finish();  // launched as the backward went
   if (!wire_) {
     return allreduce_gradients(g, s, params.layout(), params.grad_base(), DType::kF32, "gradients");
   }
@@ -115,6 +151,7 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
     xent = l.xent;
   }
   for (int64_t j = 0; j < (pipeline_ ? 0 : options_.micro_batches); ++j) {
+    if (overlap_) overlap_->set_last_micro_batch(j + 1 == options_.micro_batches);
     const uint64_t first = uint64_t(step_) * global + uint64_t((j * dp + g.dp_rank()) * B);
     TSR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(s, corpus_.batch(first, B, options_.seq)));
     TSR_RETURN_IF_ERROR(model_->backward(s, weight));
@@ -128,7 +165,12 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
   const double n = double(options_.micro_batches);
   TSR_ASSIGN_OR_RETURN(std::vector<double> mean, dp_mean(s, {loss / n, xent / n}));
   ++step_;
-  return StepResult{step_, mean[0], mean[1], norm, scheduled_lr(options_.adamw, step_)};
+  StepResult r{step_, mean[0], mean[1], norm, scheduled_lr(options_.adamw, step_)};
+  if (overlap_) {
+    r.comm_seconds = overlap_->last_step().comm_seconds;
+    r.exposed_comm_seconds = overlap_->last_step().exposed_seconds;
+  }
+  return r;
 }
 
 Result<std::vector<float>> GptTrainer::download_master(const hal::Stream& stream) const {

@@ -1,8 +1,9 @@
 // One training step of the GPT/MoE decoder on one rank of a (dp x tp) grid: `micro_batches`
 // forward/backward passes accumulating gradients, the data-parallel gradient allreduce (f32, so
-// that dp matches a 1-rank run closely), then clipped AdamW. Data comes from MarkovCorpus
-// (data.h): step s, micro-batch j, dp rank r draws samples s*G + (j*dp + r)*B .. + B, G = the
-// global batch; a 1-rank run with micro_batch = dp*B draws exactly the same samples.
+// that dp matches a 1-rank run closely; with options.overlap through the overlap engine, bucket by
+// bucket during the last backward: grad_overlap.h), then clipped AdamW. Data comes from
+// MarkovCorpus (data.h): step s, micro-batch j, dp rank r draws samples s*G + (j*dp + r)*B .. + B,
+// G = the global batch; a 1-rank run with micro_batch = dp*B draws exactly the same samples.
 //
 //   GptTrainer::create(device, config, kernels, groups, options) -> init(stream) -> step(stream)...
 //
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "data.h"
+#include "grad_overlap.h"
 #include "model.h"
 #include "optimizer.h"
 #include "pipeline.h"
@@ -36,6 +38,13 @@ struct TrainOptions {
   // weights (gathered per unit before use). f32 gradient communication only; under pp each stage
   // shards its own units over dp.
   int zero = 0;
+  // zero 0, f32 gradients on the wire: sum the dp gradients through the overlap engine
+  // (grad_overlap.h), each unit's bucket launched as the last micro-batch's backward finishes it,
+  // instead of one allreduce after the backward. Refused with zero > 0, bf16 on the wire, ep > 1
+  // and pp > 1; nothing to do where dp = 1.
+  bool overlap = false;
+  // --overlap's bucket capacity in bytes; 0: the engine's (TESSERA_BUCKET_MB, else alpha-beta).
+  uint64_t overlap_bucket_bytes = 0;
   AdamWOptions adamw;
 };
 
@@ -45,6 +54,10 @@ struct StepResult {
   double xent = 0;
   double grad_norm = 0;  // before clipping
   double lr = 0;         // the step's scheduled learning rate
+  // options.overlap: the engine's communication stream busy time, and how much of it the step
+  // still waited for after the backward (GradSync's StepStats), seconds; 0 otherwise.
+  double comm_seconds = 0;
+  double exposed_comm_seconds = 0;
 };
 
 class GptTrainer {
@@ -62,6 +75,8 @@ class GptTrainer {
   const TrainOptions& options() const { return options_; }
   // The ZeRO plan (level 0 when options.zero is 0).
   const ZeroPlan& zero() const { return model_->zero() ? model_->zero()->plan() : no_zero_; }
+  // The dp gradient sum through the overlap engine: null without options.overlap or where dp = 1.
+  const GradOverlap* overlap() const { return overlap_.get(); }
   // The whole master weights (gathered over dp under ZeRO). Synchronous.
   Result<std::vector<float>> download_master(const hal::Stream& stream) const;
 
@@ -92,6 +107,8 @@ class GptTrainer {
   ZeroPlan no_zero_;           // zero(): level 0
   std::unique_ptr<Pipeline> pipeline_;   // pp > 1: the 1F1B schedule (pipeline.h)
   const hal::Device* device_ = nullptr;  // for gather_master's temporary
+  // options.overlap with dp > 1; reads model_'s gradients: declared after it, destroyed first.
+  std::unique_ptr<GradOverlap> overlap_;
   int64_t step_ = 0;
 };
 

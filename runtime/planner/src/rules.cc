@@ -165,8 +165,8 @@ const Rule kRules[] = {
      [](const Context&, const Plan& p) { return p.zero != 3 || p.pp == 1; },
      [](const Context&, const Plan&) {
        return std::string(
-           "zero=3 with pp>1 is not supported (weights would be gathered per micro-batch per "
-           "stage)");
+           "zero=3 with pp>1 is not modelled by the planner (weights would be gathered per "
+           "micro-batch per stage; the GPT trainer runs it, unpriced)");
      }},
 };
 
