@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "forked_test_support.h"
 #include "memory_report.h"
 #include "model_test_support.h"
 #include "support/multiprocess.h"
@@ -202,13 +203,9 @@ int pipeline_body(int rank, int size, PipelineCase p) {
 }
 
 void expect_pipeline_peaks(PipelineCase p) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(120000);
-  const int ranks = p.pp * p.dp;
-  const auto results = coll::testing::run_ranks(
-      ranks, [p](int rank, int size) { return pipeline_body(rank, size, p); }, options);
-  ASSERT_EQ(results.size(), size_t(ranks));
-  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank;
+  expect_ranks_pass(
+      p.pp * p.dp, [p](int rank, int size) { return pipeline_body(rank, size, p); },
+      std::chrono::milliseconds(120000));
 }
 
 TEST(GptMemoryPipeline, TwoStagesPeakAtTheirAccounting) {

@@ -8,15 +8,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "forked_test_support.h"
 #include "model_test_support.h"
-#include "support/device_rank.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
-
-using coll::testing::expect_all_ok;
-using coll::testing::run_ranks;
 
 constexpr int kSteps = 4;
 
@@ -112,12 +109,9 @@ int overlap_body(int rank, int size, Case c) {
 }
 
 void expect_overlap_matches_plain(Case c) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
-  const int n = c.tp * c.dp;
-  expect_all_ok(run_ranks(
-                    n, [c](int rank, int size) { return overlap_body(rank, size, c); }, options),
-                n);
+  expect_ranks_pass(
+      c.tp * c.dp, [c](int rank, int size) { return overlap_body(rank, size, c); },
+      std::chrono::milliseconds(240000));
 }
 
 TEST(GptOverlap, DataParallelTwoMatchesAllreduceDenseBucketPerUnit) {
@@ -180,11 +174,7 @@ int refuse_body(int rank, int size) {
 }
 
 TEST(GptOverlap, RefusesPipelineAndExpertParallelism) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(120000);
-  expect_all_ok(run_ranks(
-                    2, [](int rank, int size) { return refuse_body(rank, size); }, options),
-                2);
+  expect_ranks_pass(2, refuse_body, std::chrono::milliseconds(120000));
 }
 
 }  // namespace

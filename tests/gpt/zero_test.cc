@@ -8,15 +8,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "forked_test_support.h"
 #include "model_test_support.h"
-#include "support/device_rank.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
-
-using coll::testing::expect_all_ok;
-using coll::testing::run_ranks;
 
 // Tolerances: model_test_support.h (here the dp sum of gradients, ZeRO-2/3's per-micro-batch
 // reduction, the norm summed per shard).
@@ -136,12 +133,9 @@ int zero_body(int rank, int size, Case c) {
 }
 
 void expect_zero_matches_one_rank(Case c) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
-  const int n = c.tp * c.dp;
-  expect_all_ok(run_ranks(
-                    n, [c](int rank, int size) { return zero_body(rank, size, c); }, options),
-                n);
+  expect_ranks_pass(
+      c.tp * c.dp, [c](int rank, int size) { return zero_body(rank, size, c); },
+      std::chrono::milliseconds(240000));
 }
 
 TEST(GptZero, ZeroOneDataParallelTwoMatchesOneRankDense) {
@@ -252,13 +246,9 @@ int memory_body(int rank, int size, const char* file, int64_t layers) {
 }
 
 void expect_memory_falls(const char* file, int dp, int64_t layers = 0) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(120000);
-  expect_all_ok(
-      run_ranks(
-          dp, [file, layers](int rank, int size) { return memory_body(rank, size, file, layers); },
-          options),
-      dp);
+  expect_ranks_pass(
+      dp, [file, layers](int rank, int size) { return memory_body(rank, size, file, layers); },
+      std::chrono::milliseconds(120000));
 }
 
 TEST(GptZero, MemoryFallsWithEachLevelDataParallelTwo) {
