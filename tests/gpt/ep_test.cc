@@ -7,17 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <map>
 
 #include "ep.h"
+#include "forked_test_support.h"
 #include "model_test_support.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
-
-using coll::testing::run_ranks;
 
 // Tolerances: model_test_support.h (here expert GEMMs split by source rank, gradients summed over
 // dp instead of one larger GEMM).
@@ -108,19 +106,12 @@ int grid_body(int rank, int size, Grid grid) {
   return 0;
 }
 
-void expect_ranks_pass(int n, std::function<int(int, int)> body) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
-  const auto results = run_ranks(n, std::move(body), options);
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
-}
+constexpr std::chrono::milliseconds kDeadline{240000};
 
 void expect_grid_matches_one_rank(Grid grid) {
-  expect_ranks_pass(grid.tp * grid.dp,
-                    [grid](int rank, int size) { return grid_body(rank, size, grid); });
+  expect_ranks_pass(
+      grid.tp * grid.dp, [grid](int rank, int size) { return grid_body(rank, size, grid); },
+      kDeadline);
 }
 
 TEST(GptExpertParallel, EpTwoOnDpTwoMatchesOneRank) {
@@ -141,33 +132,34 @@ bool same_bits(const RunOut& a, const RunOut& b) {
 
 // ep 2 on dp 2: a second run, and one with full recomputation (which replays the all-to-alls),
 // give bitwise the first run's losses and parameters; ZeRO under ep is refused by name.
+int repeat_body(int rank, int size) {
+  auto env = open_device();
+  CHILD_CHECK(env.has_value(), "no device");
+  auto config = load_config(config_path("tiny-mixtral.json"));
+  CHILD_OK(config.status());
+  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
+  CHILD_CHECK(world != nullptr, "no communicator");
+  auto groups = make_groups(world, 1, 2, 1, 2);
+  CHILD_OK(groups.status());
+  auto first = run_ep_steps(*env, *config, *groups, 2);
+  CHILD_OK(first.status());
+  auto second = run_ep_steps(*env, *config, *groups, 2);
+  CHILD_OK(second.status());
+  CHILD_CHECK(same_bits(*first, *second), "rank %d: a repeated run differs", rank);
+  auto recomputed = run_ep_steps(*env, *config, *groups, 2, /*recompute=*/true);
+  CHILD_OK(recomputed.status());
+  CHILD_CHECK(same_bits(*first, *recomputed), "rank %d: recomputation differs", rank);
+  TrainOptions options = parallel_test_options(1);
+  options.zero = 1;
+  auto zero = GptTrainer::create(*env->device, *config, *env->kernels, *groups, options);
+  CHILD_CHECK(!zero.ok() && zero.status().message().find("expert parallelism") != std::string::npos,
+              "zero=1 under ep: %s", zero.ok() ? "accepted" : zero.status().to_string().c_str());
+  CHILD_OK(world->barrier());
+  return 0;
+}
+
 TEST(GptExpertParallel, RepeatsBitwiseAndRefusesZero) {
-  expect_ranks_pass(2, [](int rank, int size) {
-    auto env = open_device();
-    CHILD_CHECK(env.has_value(), "no device");
-    auto config = load_config(config_path("tiny-mixtral.json"));
-    CHILD_OK(config.status());
-    auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-    CHILD_CHECK(world != nullptr, "no communicator");
-    auto groups = make_groups(world, 1, 2, 1, 2);
-    CHILD_OK(groups.status());
-    auto first = run_ep_steps(*env, *config, *groups, 2);
-    CHILD_OK(first.status());
-    auto second = run_ep_steps(*env, *config, *groups, 2);
-    CHILD_OK(second.status());
-    CHILD_CHECK(same_bits(*first, *second), "rank %d: a repeated run differs", rank);
-    auto recomputed = run_ep_steps(*env, *config, *groups, 2, /*recompute=*/true);
-    CHILD_OK(recomputed.status());
-    CHILD_CHECK(same_bits(*first, *recomputed), "rank %d: recomputation differs", rank);
-    TrainOptions options = parallel_test_options(1);
-    options.zero = 1;
-    auto zero = GptTrainer::create(*env->device, *config, *env->kernels, *groups, options);
-    CHILD_CHECK(
-        !zero.ok() && zero.status().message().find("expert parallelism") != std::string::npos,
-        "zero=1 under ep: %s", zero.ok() ? "accepted" : zero.status().to_string().c_str());
-    CHILD_OK(world->barrier());
-    return 0;
-  });
+  expect_ranks_pass(2, repeat_body, kDeadline);
 }
 
 TEST(GptExpertParallel, RefusesEpNotDividingDpOrExpertsAndDenseModels) {

@@ -142,9 +142,9 @@ int zero_body(int rank, int size, const char* file) {
 
 TEST_P(GptMemory, ZeroOneOverTwoRanksPeaksAtItsShardedAccounting) {
   const char* file = GetParam();
-  const auto results = coll::testing::run_ranks(
-      2, [file](int rank, int size) { return zero_body(rank, size, file); });
-  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank;
+  expect_ranks_pass(
+      2, [file](int rank, int size) { return zero_body(rank, size, file); },
+      std::chrono::milliseconds(60000));
 }
 
 // Pipeline stages (1F1B, pipeline.h) over forked ranks, tiny-llama (MoE is not yet pipelined):

@@ -7,13 +7,12 @@
 #include <cmath>
 #include <map>
 
+#include "forked_test_support.h"
 #include "model_test_support.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
-
-using coll::testing::run_ranks;
 
 // Tolerances: model_test_support.h (the stage boundary changes no summation order; tp and dp add
 // theirs).
@@ -97,15 +96,10 @@ int grid_body(int rank, int size, Grid grid) {
 }
 
 void expect_pipeline_matches_one_rank(Grid grid) {
-  const int n = grid.tp * grid.dp * grid.pp;
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
-  const auto results = run_ranks(
-      n, [grid](int rank, int size) { return grid_body(rank, size, grid); }, options);
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
+  expect_ranks_pass(
+      grid.tp * grid.dp * grid.pp,
+      [grid](int rank, int size) { return grid_body(rank, size, grid); },
+      std::chrono::milliseconds(240000));
 }
 
 TEST(GptPipeline, StageRangesSplitLikeThePlanner) {

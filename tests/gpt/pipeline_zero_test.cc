@@ -9,13 +9,12 @@
 #include <cstring>
 #include <map>
 
+#include "forked_test_support.h"
 #include "model_test_support.h"
 #include "support/multiprocess.h"
 
 namespace tessera::gpt::testing {
 namespace {
-
-using coll::testing::run_ranks;
 
 // Tolerances: model_test_support.h (here the dp sum and ZeRO-2/3's per-micro-batch reduction).
 constexpr int kSteps = 3;
@@ -128,15 +127,9 @@ int grid_body(int rank, int size, Case c) {
 }
 
 void expect_grid_matches_one_rank(Case c) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
-  const int n = kDp * kPp;
-  const auto results = run_ranks(
-      n, [c](int rank, int size) { return grid_body(rank, size, c); }, options);
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
+  expect_ranks_pass(
+      kDp * kPp, [c](int rank, int size) { return grid_body(rank, size, c); },
+      std::chrono::milliseconds(240000));
 }
 
 TEST(GptPipelineZero, ZeroTwoTwoStagesByDataParallelTwoMatchesOneRankDense) {
@@ -213,14 +206,7 @@ int memory_body(int rank, int size) {
 }
 
 TEST(GptPipelineZero, EachStageHoldsLessWithEachLevelTwoStagesByDataParallelTwo) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(120000);
-  const int n = kDp * kPp;
-  const auto results = run_ranks(n, memory_body, options);
-  ASSERT_EQ(results.size(), size_t(n));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
+  expect_ranks_pass(kDp * kPp, memory_body, std::chrono::milliseconds(120000));
 }
 
 }  // namespace

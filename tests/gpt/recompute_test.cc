@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "forked_test_support.h"
 #include "model_test_support.h"
 #include "support/multiprocess.h"
 
@@ -100,15 +101,10 @@ int tp_body(int rank, int size, const char* file) {
 }
 
 TEST_P(GptRecompute, SelectiveAndFullGiveBitwiseTheStepsOfNoneUnderTensorParallelTwo) {
-  coll::testing::MultiprocessOptions options;
-  options.deadline = std::chrono::milliseconds(240000);
   const char* file = GetParam().file;
-  const auto results = coll::testing::run_ranks(
-      2, [file](int rank, int size) { return tp_body(rank, size, file); }, options);
-  ASSERT_EQ(results.size(), 2u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " signal " << r.signal;
-  }
+  expect_ranks_pass(
+      2, [file](int rank, int size) { return tp_body(rank, size, file); },
+      std::chrono::milliseconds(240000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GptRecompute,
