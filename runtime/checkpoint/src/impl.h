@@ -70,7 +70,18 @@ struct Checkpointer::Impl {
     int64_t step = -1;
     std::string header;  // serialize_snapshot: JSON (step, tensor names and sizes) + blob bytes
     std::string bytes;   // the raw tensor bytes, laid out like a Snapshot
+    // What each tensor of `bytes` is (name, dtype, shape, slice; data unset), from the header:
+    // what resharding after a shrink needs when `owner` is gone. Empty: restore() only.
+    std::vector<TensorEntry> entries;
   } replica;
+
+  // Set by rebind_shrunk until the next reshard_from_memory or load succeeds: the group lost
+  // ranks, and the snapshots and the replica still describe the old, larger world.
+  struct Shrink {
+    int old_size = 0;              // ranks of the world the snapshots were taken in
+    std::vector<int> old_rank_of;  // [rank in the current group] -> rank in that world
+  };
+  std::optional<Shrink> shrink;
 
   Status reserve(Snapshot& into, size_t bytes);
   Status snapshot(Snapshot& into, int64_t step);
@@ -92,6 +103,11 @@ struct Checkpointer::Impl {
   // memory_reshard.cc: fills `staging` (laid out like the registry) from the snapshots every rank
   // holds in `source`.
   Status reshard_exchange(const Snapshot& source, Snapshot& staging);
+  // shrink_reshard.cc: reshard_from_memory while `shrink` is set.
+  Result<LoadResult> reshard_after_shrink();
+  // After a shrink, once the registry holds state of the new world from elsewhere (load): the
+  // snapshots and the replica of the old world can no longer stand for it.
+  void forget_old_world();
   // Waits until no save is in flight.
   void wait_idle();
 };

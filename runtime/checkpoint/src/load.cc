@@ -142,6 +142,8 @@ Result<LoadResult> Checkpointer::load(const LoadOptions& options) {
     }
     if (failure.empty()) {
       TSR_RETURN_IF_ERROR(impl_->write_back(staging.data, staging.blobs));
+      // After a shrink the registry now holds the new world's state from storage.
+      if (impl_->shrink) impl_->forget_old_world();
       result.step = step;
       result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return result;

@@ -1,26 +1,22 @@
 // In-memory resharding (Checkpointer::reshard_from_memory): every rank describes the snapshot it
 // holds and the slices it now needs; every rank computes the same transfer plan from that; the
 // parts then travel between pairs of ranks in one global order, so blocking sends never wait on
-// each other in a circle. No storage is read or written.
+// each other in a circle. No storage is read or written. This file holds the shared pieces
+// (memory_reshard.h) and the path within a group of the same size; after ranks were lost
+// (rebind_shrunk) shrink_reshard.cc finds the sources among the survivors' snapshots and replicas.
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "impl.h"
+#include "memory_reshard.h"
 #include "overlap.h"
 #include "tessera/common/log.h"
 
 namespace tessera::ckpt {
-namespace {
+namespace memory_reshard {
 
 using Json = nlohmann::json;
-
-struct Described {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  Slice slice;
-};
 
 Json describe(const std::vector<TensorEntry>& tensors) {
   Json out = Json::array();
@@ -41,35 +37,25 @@ std::vector<Described> described(const Json& list) {
   return out;
 }
 
-// One part to move: from tensor `src_tensor` of rank `from`'s snapshot to tensor `dst_tensor` of
-// rank `to`'s new registry.
-struct Part {
-  int from, to;
-  size_t src_tensor, dst_tensor;
-  Slice region;
-};
-
-// The same on every rank: for each rank's new slice, the distinct old slices that overlap it, each
-// taken from the receiving rank itself when it holds it, else from the lowest rank that does.
-Result<std::vector<Part>> plan_parts(const std::vector<std::vector<Described>>& old_tensors,
+Result<std::vector<Part>> plan_parts(const std::vector<Source>& sources,
                                      const std::vector<std::vector<Described>>& new_tensors) {
-  const int size = static_cast<int>(old_tensors.size());
+  const int size = static_cast<int>(new_tensors.size());
   std::vector<Part> parts;
   for (int q = 0; q < size; ++q) {
     for (size_t t = 0; t < new_tensors[q].size(); ++t) {
       const Described& want = new_tensors[q][t];
-      // Distinct old slices of this tensor: slice text -> (holders, index in each holder).
-      std::map<std::string, std::vector<std::pair<int, size_t>>> holders;
+      // Distinct source slices of this tensor: slice text -> (source, index in it) for each.
+      std::map<std::string, std::vector<std::pair<size_t, size_t>>> holders;
       std::map<std::string, Slice> slices;
-      for (int p = 0; p < size; ++p) {
-        for (size_t i = 0; i < old_tensors[p].size(); ++i) {
-          const Described& had = old_tensors[p][i];
+      for (size_t p = 0; p < sources.size(); ++p) {
+        for (size_t i = 0; i < sources[p].tensors.size(); ++i) {
+          const Described& had = sources[p].tensors[i];
           if (had.name != want.name) continue;
           if (had.dtype != want.dtype || had.shape != want.shape) {
             return invalid_argument("reshard_from_memory: tensor '" + want.name + "' on rank " +
                                     std::to_string(q) + " is " + want.dtype +
-                                    " of another shape than in the snapshot of rank " +
-                                    std::to_string(p) + " (" + had.dtype + ")");
+                                    " of another shape than in " + sources[p].what + " (" +
+                                    had.dtype + ")");
           }
           const std::string key = slice_text(had.slice);
           holders[key].push_back({p, i});
@@ -80,12 +66,12 @@ Result<std::vector<Part>> plan_parts(const std::vector<std::vector<Described>>& 
       for (const auto& [key, list] : holders) {
         Slice region;
         if (want.slice.elements() == 0 || !intersect(want.slice, slices[key], &region)) continue;
-        std::pair<int, size_t> from = list.front();
+        std::pair<size_t, size_t> from = list.front();
         for (const auto& h : list) {
-          if (h.first == q) from = h;
+          if (sources[h.first].holder == q) from = h;
         }
         covered += region.elements();
-        parts.push_back(Part{from.first, q, from.second, t, region});
+        parts.push_back(Part{sources[from.first].holder, q, from.first, from.second, t, region});
       }
       if (covered < want.slice.elements()) {
         return failed_precondition("reshard_from_memory: tensor '" + want.name + "' slice " +
@@ -97,45 +83,18 @@ Result<std::vector<Part>> plan_parts(const std::vector<std::vector<Described>>& 
   return parts;
 }
 
-}  // namespace
-
-namespace {
-
-// Phase 1: every rank's old and new tensor descriptions, all of the same step, and the parts
-// (regions of tensors) that move from one rank to another.
-Result<std::vector<Part>> agree_on_parts(RankGroup& group, const StateRegistry& reg,
-                                         const Snapshot& source) {
-  const int size = group.size(), rank = group.rank();
-  Json mine = {
-      {"step", source.step}, {"old", describe(source.entries)}, {"new", describe(reg.tensors())}};
-  TSR_ASSIGN_OR_RETURN(auto gathered, group.allgather(mine.dump()));
-  std::vector<std::vector<Described>> old_tensors(size), new_tensors(size);
-  for (int r = 0; r < size; ++r) {
-    const Json j = Json::parse(gathered[r], nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) {
-      return internal_error("reshard_from_memory: malformed description from rank " +
-                            std::to_string(r));
-    }
-    if (j["step"].get<int64_t>() != source.step) {
-      return failed_precondition("reshard_from_memory: rank " + std::to_string(r) +
-                                 " holds a snapshot of step " +
-                                 std::to_string(j["step"].get<int64_t>()) + ", rank " +
-                                 std::to_string(rank) + " of step " + std::to_string(source.step));
-    }
-    try {
-      old_tensors[r] = described(j["old"]);
-      new_tensors[r] = described(j["new"]);
-    } catch (const std::exception& e) {
-      return internal_error("reshard_from_memory: malformed description from rank " +
-                            std::to_string(r) + ": " + e.what());
-    }
+LocalSource local_source(const std::byte* data, const std::vector<TensorEntry>& entries) {
+  LocalSource out;
+  out.data = data;
+  size_t offset = 0;
+  for (const TensorEntry& t : entries) {
+    out.offsets.push_back(offset);
+    out.esizes.push_back(hal::dtype_size(t.dtype));
+    offset += t.bytes();
   }
-  return plan_parts(old_tensors, new_tensors);
+  return out;
 }
 
-// Phase 2: every rank prepares its staging buffer (already reserved, with `local` saying whether
-// that worked) and its blobs before anything moves, and all agree that they could, so no rank
-// waits for one that already gave up.
 Status prepare_staging(RankGroup& group, const StateRegistry& reg, const Snapshot& source,
                        Snapshot& staging, Status local) {
   const int rank = group.rank();
@@ -166,15 +125,19 @@ Status prepare_staging(RankGroup& group, const StateRegistry& reg, const Snapsho
   return Status();
 }
 
-// Phase 3: the parts this rank keeps are copied in place; the others travel pairwise.
+namespace {
+
+// The parts this rank keeps are copied in place; the others travel pairwise.
 class PartExchange {
  public:
-  PartExchange(RankGroup& group, const StateRegistry& reg, const std::vector<Part>& parts,
-               const Snapshot& source, Snapshot& staging)
+  PartExchange(RankGroup& group, const StateRegistry& reg, const std::vector<Source>& sources,
+               const std::vector<Part>& parts, const std::vector<LocalSource>& local,
+               Snapshot& staging)
       : group_(group),
         reg_(reg),
+        sources_(sources),
         parts_(parts),
-        source_(source),
+        local_(local),
         staging_(staging),
         rank_(group.rank()) {}
 
@@ -194,12 +157,19 @@ class PartExchange {
   size_t esize(size_t dst_tensor) const {
     return hal::dtype_size(reg_.tensors()[dst_tensor].dtype);
   }
+  // Where part p's source tensor starts in this rank's memory, and its slice.
+  const std::byte* src_data(const Part& p) const {
+    const LocalSource& s = local_[p.source];
+    return s.data + s.offsets[p.src_tensor];
+  }
+  const Slice& src_slice(const Part& p) const {
+    return sources_[p.source].tensors[p.src_tensor].slice;
+  }
 
   void keep_local() {
     for (const Part& p : parts_) {
       if (p.from != rank_ || p.to != rank_) continue;
-      copy_region(source_.data + source_.offsets[p.src_tensor], source_.entries[p.src_tensor].slice,
-                  staging_.data + staging_.offsets[p.dst_tensor],
+      copy_region(src_data(p), src_slice(p), staging_.data + staging_.offsets[p.dst_tensor],
                   reg_.tensors()[p.dst_tensor].slice, p.region, esize(p.dst_tensor));
     }
   }
@@ -215,11 +185,11 @@ class PartExchange {
     std::string out;
     for (const Part& p : parts_) {
       if (p.from != rank_ || p.to != to) continue;
-      const size_t es = hal::dtype_size(source_.entries[p.src_tensor].dtype);
+      const size_t es = local_[p.source].esizes[p.src_tensor];
       const size_t at = out.size();
       out.resize(at + static_cast<size_t>(p.region.elements()) * es);
-      copy_region(source_.data + source_.offsets[p.src_tensor], source_.entries[p.src_tensor].slice,
-                  reinterpret_cast<std::byte*>(out.data() + at), p.region, p.region, es);
+      copy_region(src_data(p), src_slice(p), reinterpret_cast<std::byte*>(out.data() + at),
+                  p.region, p.region, es);
     }
     return out;
   }
@@ -263,21 +233,77 @@ class PartExchange {
 
   RankGroup& group_;
   const StateRegistry& reg_;
+  const std::vector<Source>& sources_;
   const std::vector<Part>& parts_;
-  const Snapshot& source_;
+  const std::vector<LocalSource>& local_;
   Snapshot& staging_;
   const int rank_;
 };
 
 }  // namespace
 
+Status exchange_parts(RankGroup& group, const StateRegistry& reg,
+                      const std::vector<Source>& sources, const std::vector<Part>& parts,
+                      const std::vector<LocalSource>& local, Snapshot& staging) {
+  return PartExchange(group, reg, sources, parts, local, staging).run();
+}
+
+}  // namespace memory_reshard
+
+namespace {
+
+using namespace memory_reshard;
+
+// Phase 1 of the same-size path: every rank's old and new tensor descriptions, all of the same
+// step, and the parts (regions of tensors) that move from one rank to another.
+Result<std::vector<Part>> agree_on_parts(RankGroup& group, const StateRegistry& reg,
+                                         const Snapshot& source, std::vector<Source>* sources) {
+  const int size = group.size(), rank = group.rank();
+  Json mine = {
+      {"step", source.step}, {"old", describe(source.entries)}, {"new", describe(reg.tensors())}};
+  TSR_ASSIGN_OR_RETURN(auto gathered, group.allgather(mine.dump()));
+  sources->assign(size, Source{});
+  std::vector<std::vector<Described>> new_tensors(size);
+  for (int r = 0; r < size; ++r) {
+    const Json j = Json::parse(gathered[r], nullptr, false);
+    if (!j.is_discarded() && j.contains("shrink")) {
+      return failed_precondition("reshard_from_memory: rank " + std::to_string(r) +
+                                 " is resharding after rebind_shrunk, rank " +
+                                 std::to_string(rank) + " is not (every rank must rebind alike)");
+    }
+    if (j.is_discarded() || !j.contains("step")) {
+      return internal_error("reshard_from_memory: malformed description from rank " +
+                            std::to_string(r));
+    }
+    if (j["step"].get<int64_t>() != source.step) {
+      return failed_precondition("reshard_from_memory: rank " + std::to_string(r) +
+                                 " holds a snapshot of step " +
+                                 std::to_string(j["step"].get<int64_t>()) + ", rank " +
+                                 std::to_string(rank) + " of step " + std::to_string(source.step));
+    }
+    try {
+      (*sources)[r] = Source{r, described(j["old"]), "the snapshot of rank " + std::to_string(r)};
+      new_tensors[r] = described(j["new"]);
+    } catch (const std::exception& e) {
+      return internal_error("reshard_from_memory: malformed description from rank " +
+                            std::to_string(r) + ": " + e.what());
+    }
+  }
+  return plan_parts(*sources, new_tensors);
+}
+
+}  // namespace
+
 Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& staging) {
   RankGroup& group = *self->group_;
   const StateRegistry& reg = self->registry_;
-  TSR_ASSIGN_OR_RETURN(std::vector<Part> parts, agree_on_parts(group, reg, source));
+  std::vector<Source> sources;
+  TSR_ASSIGN_OR_RETURN(std::vector<Part> parts, agree_on_parts(group, reg, source, &sources));
   TSR_RETURN_IF_ERROR(
       prepare_staging(group, reg, source, staging, reserve(staging, reg.total_tensor_bytes())));
-  TSR_RETURN_IF_ERROR(PartExchange(group, reg, parts, source, staging).run());
+  std::vector<LocalSource> local(sources.size());
+  local[static_cast<size_t>(group.rank())] = local_source(source.data, source.entries);
+  TSR_RETURN_IF_ERROR(exchange_parts(group, reg, sources, parts, local, staging));
   staging.entries.assign(reg.tensors().begin(), reg.tensors().end());
   staging.step = source.step;
   staging.valid = true;
@@ -286,6 +312,7 @@ Status Checkpointer::Impl::reshard_exchange(const Snapshot& source, Snapshot& st
 
 Result<LoadResult> Checkpointer::reshard_from_memory() {
   impl_->wait_idle();
+  if (impl_->shrink) return impl_->reshard_after_shrink();
   const auto t0 = std::chrono::steady_clock::now();
   const int source_index = impl_->last_snapshot;
   // Every rank takes part in the collective calls even without a snapshot, so they all see why.

@@ -35,8 +35,15 @@ void cycle_position(int rank, int size, int stride, int* pos, int* length) {
 // bytes, so they never go into JSON strings: nlohmann refuses to dump invalid UTF-8.
 std::string Checkpointer::Impl::serialize_snapshot(const Snapshot& snap) const {
   Json header = {{"step", snap.step}, {"tensors", Json::array()}, {"blob_bytes", Json::array()}};
-  for (const auto& t : self->registry_.tensors()) {
-    header["tensors"].push_back({{"name", t.name}, {"bytes", t.bytes()}});
+  // dtype, shape and slice: what a survivor needs to reshard from this copy once its owner is
+  // gone (shrink_reshard.cc); restore() checks name and bytes against the registry.
+  for (const auto& t : snap.entries) {
+    header["tensors"].push_back({{"name", t.name},
+                                 {"bytes", t.bytes()},
+                                 {"dtype", hal::dtype_name(t.dtype)},
+                                 {"shape", t.shape},
+                                 {"offset", t.slice.offset},
+                                 {"len", t.slice.len}});
   }
   for (const auto& b : snap.blobs) header["blob_bytes"].push_back(b.size());
   const std::string json = header.dump();
@@ -89,6 +96,42 @@ Result<ReplicaHeader> parse_replica_header(std::string_view message, const std::
   return h;
 }
 
+// What each tensor of a replica's bytes is, from its header; empty (the replica then serves
+// restore() only, not resharding after a shrink) when the header does not describe every tensor
+// or the sizes do not add up to `data_bytes`.
+std::vector<TensorEntry> replica_entries(const Json& header, size_t data_bytes, int from) {
+  std::vector<TensorEntry> out;
+  size_t total = 0;
+  try {
+    for (const Json& t : header.at("tensors")) {
+      TensorEntry e;
+      e.name = t.at("name").get<std::string>();
+      auto dtype = hal::parse_dtype(t.at("dtype").get<std::string>());
+      if (!dtype) throw std::runtime_error("unknown dtype of tensor '" + e.name + "'");
+      e.dtype = *dtype;
+      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      e.slice = Slice{t.at("offset").get<std::vector<int64_t>>(),
+                      t.at("len").get<std::vector<int64_t>>()};
+      if (e.slice.offset.size() != e.shape.size() || e.slice.len.size() != e.shape.size() ||
+          e.bytes() != t.at("bytes").get<size_t>()) {
+        throw std::runtime_error("tensor '" + e.name + "': slice and size disagree");
+      }
+      total += e.bytes();
+      out.push_back(std::move(e));
+    }
+  } catch (const std::exception& e) {
+    TSR_LOG(kWarn, "ckpt") << "replica from rank " << from
+                           << " cannot be resharded (restore() only): " << e.what();
+    return {};
+  }
+  if (total != data_bytes) {
+    TSR_LOG(kWarn, "ckpt") << "replica from rank " << from << ": its tensors make " << total
+                           << " bytes, it carries " << data_bytes << " (restore() only)";
+    return {};
+  }
+  return out;
+}
+
 }  // namespace
 
 Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* seconds) {
@@ -127,6 +170,7 @@ Status Checkpointer::Impl::exchange_replica(const Snapshot& snap, double* second
                          parse_replica_header(header, "rank " + std::to_string(source)));
     replica.owner = source;
     replica.step = h.json["step"].get<int64_t>();
+    replica.entries = replica_entries(h.json, data.size(), source);
     replica.header = std::move(header);
     replica.bytes = std::move(data);
     return Status();
@@ -176,6 +220,10 @@ Status Checkpointer::Impl::apply_serialized(std::string_view header, std::string
 
 Result<RestoreResult> Checkpointer::restore() {
   impl_->wait_idle();
+  if (impl_->shrink) {  // the snapshots and the replica are of the old, larger world
+    return failed_precondition("restore on rank " + std::to_string(group_->rank()) +
+                               ": after rebind_shrunk, reshard_from_memory or load first");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   RankGroup& group = *group_;
   const int size = group.size(), rank = group.rank();

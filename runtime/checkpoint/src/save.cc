@@ -200,6 +200,11 @@ Result<SaveStart> Checkpointer::save_async(int64_t step) {
   if (step < 0) {
     return invalid_argument("save_async: step " + std::to_string(step) + " is negative");
   }
+  if (impl_->shrink) {
+    return failed_precondition("save_async of step " + std::to_string(step) + " on rank " +
+                               std::to_string(group_->rank()) +
+                               ": after rebind_shrunk, reshard_from_memory or load first");
+  }
   SaveStart start;
   start.step = step;
   int index;

@@ -163,6 +163,19 @@ class Checkpointer {
   // rank and size (INVALID_ARGUMENT otherwise) and no save may be in flight (FAILED_PRECONDITION).
   Status rebind(std::shared_ptr<RankGroup> group);
 
+  // Collective over `group`, after ranks died and the survivors re-formed a smaller communicator
+  // (--nnodes MIN:MAX): makes this Checkpointer use `group`, keeping its snapshots and the replica
+  // it holds, so that reshard_from_memory() can then move the old world's newest state into the
+  // slices the survivors register for the smaller one. `old_rank_of[r]` is the rank that rank r of
+  // `group` had in this Checkpointer's current group; every survivor passes the same list. Until
+  // reshard_from_memory() or load() succeeds, save_async() and restore() are refused
+  // (FAILED_PRECONDITION); the next save after it is a full one. Called again before resharding
+  // (another rank lost meanwhile), the lists compose. Errors, the same on every survivor, and
+  // nothing changes: INVALID_ARGUMENT when `group` is not smaller, `old_rank_of` is not one
+  // distinct old rank per new rank, does not map this rank to its own old rank, or differs between
+  // survivors; FAILED_PRECONDITION while a save is in flight on some survivor (wait() first).
+  Status rebind_shrunk(std::shared_ptr<RankGroup> group, std::vector<int> old_rank_of);
+
   // Collective, for re-planning without a restart: moves the newest snapshot (taken by
   // save_async; wait() for it first) into the layout registered now. The trainer takes a
   // snapshot, clear()s the registry, registers its new slices (same world size, same tensor names,
@@ -172,6 +185,18 @@ class Checkpointer {
   // in the new layout stands for the same step (restore() from own memory works; the replicas of
   // the old layout are dropped until the next save). Errors: no snapshot, ranks at different
   // steps, a tensor unknown to the snapshot or of another dtype/shape, a slice no rank holds.
+  //
+  // After rebind_shrunk() (a smaller world; the new layout's slices are registered for it) the
+  // parts come from the survivors' own snapshots and from the replicas they hold of lost ranks
+  // (peer_replica: a lost rank's state survives when its buddy did). The step is the newest one
+  // every survivor holds a snapshot of and from which every new slice can be assembled (a rank
+  // keeps its last committed snapshot beside a newer uncommitted one, so a rank lost during a save
+  // costs that save, not the memory copy). Errors, on every survivor alike: DATA_LOSS naming the
+  // old ranks whose state is in no survivor's memory (their buddies died too) when a new slice
+  // needs it — load() from storage then, which also ends the shrink; FAILED_PRECONDITION naming
+  // every rank's steps when the survivors hold no step in common. Blobs: each rank's from its own
+  // snapshot by name (a replicated blob is in every survivor's); the per-rank blobs of lost ranks
+  // are dropped, so a blob registered now must be one this survivor had.
   Result<LoadResult> reshard_from_memory();
   // The layout text the next saves record in their manifests (CheckpointOptions::layout): after
   // reshard_from_memory the job runs another plan, and manifests must not keep naming the old
