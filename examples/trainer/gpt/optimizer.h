@@ -44,6 +44,9 @@ class AdamW {
   Result<double> step(const hal::Stream& s, Params& params, const GptKernels& kernels,
                       const ParallelGroups& groups);
   int64_t steps() const { return steps_; }
+  // The steps already taken (a checkpoint's step when continuing from it): the next step is
+  // steps + 1 for the bias correction and the schedule.
+  void set_steps(int64_t steps) { steps_ = steps; }
   uint64_t scratch_bytes() const { return sums_.size() + norm_.size(); }
 
  private:

@@ -6,13 +6,19 @@
 //   tessera-gpt-train --config examples/trainer/configs/tiny-llama.json --steps 60
 //   tessera launch -n 4 -- tessera-gpt-train --config .../tiny-mixtral.json --tp 2 --dp 2
 //
-// Integration into tessera-train (plans from the planner, checkpoints, recovery) is to come.
+//   tessera launch -n 2 -- tessera-gpt-train --config ... --ckpt-dir ck --snapshot-every 5
+//   (the same again with --resume --steps 40 continues from ck's latest step; checkpoint.h)
+//
+// Integration into tessera-train (plans from the planner, elastic recovery) is to come.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "checkpoint.h"
 #include "memory_report.h"
 #include "tessera/coll/bootstrap.h"
 #include "tessera/coll/communicator.h"
@@ -36,7 +42,33 @@ struct CliOptions {
   std::string grad_comm = "f32";
   std::string recompute = "none";  // a bare --recompute leaves it empty: full
   TrainOptions train;
+  SnapshotOptions snapshots;
+  bool json_summary = false;
 };
+
+// What the run did, for --json-summary (bench/trainer_bench.sh reads it).
+struct RunTotals {
+  int64_t first_step = 0, steps = 0;
+  double seconds = 0;  // the steps' wall time, snapshot stalls included
+  double snapshot_stall_s = 0;
+  int64_t snapshots = 0;
+  std::vector<double> step_seconds;
+  double last_loss = 0;
+};
+
+void print_summary(const RunTotals& t, double tokens_per_step, const std::string& plan) {
+  std::vector<double> sorted = t.step_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  std::printf(
+      "{\"summary\": true, \"plan\": \"%s\", \"first_step\": %lld, \"steps\": %lld, "
+      "\"tokens_per_step\": %.0f, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
+      "\"step_s_median\": %.6f, \"snapshots\": %lld, \"snapshot_stall_s\": %.6f, "
+      "\"last_loss\": %.6f}\n",
+      plan.c_str(), (long long)t.first_step, (long long)t.steps, tokens_per_step, t.seconds,
+      t.seconds > 0 ? tokens_per_step * double(t.steps) / t.seconds : 0.0, median,
+      (long long)t.snapshots, t.snapshot_stall_s, t.last_loss);
+}
 
 Result<DType> parse_dtype(const std::string& name, const char* flag) {
   if (name == "bf16") return DType::kBF16;
@@ -104,14 +136,44 @@ Status run(CliOptions o) {
   }
   const double tokens_per_step =
       double(o.train.micro_batch * o.train.seq * o.train.micro_batches * dp);
-  for (int s = 0; s < o.steps; ++s) {
+  std::unique_ptr<GptSnapshots> snapshots;
+  RunTotals totals;
+  if (!o.snapshots.dir.empty()) {
+    TSR_ASSIGN_OR_RETURN(snapshots, GptSnapshots::create(o.snapshots, *trainer, bootstrap, device));
+    TSR_ASSIGN_OR_RETURN(totals.first_step, snapshots->resume(stream));
+    if (totals.first_step > o.steps) {
+      return invalid_argument("--ckpt-dir " + o.snapshots.dir + " holds step " +
+                              std::to_string(totals.first_step) + ", beyond --steps " +
+                              std::to_string(o.steps));
+    }
+    if (print && totals.first_step > 0) {
+      std::printf("resumed from %s at step %lld\n", o.snapshots.dir.c_str(),
+                  (long long)totals.first_step);
+    }
+  }
+  for (int64_t s = totals.first_step; s < o.steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
     TSR_ASSIGN_OR_RETURN(StepResult r, trainer->step(stream));
+    SnapshotStats snap;
+    if (snapshots) {
+      TSR_ASSIGN_OR_RETURN(snap, snapshots->after_step(r.step, r.step == o.steps));
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    totals.steps += 1;
+    totals.seconds += seconds;
+    totals.step_seconds.push_back(seconds);
+    totals.last_loss = r.loss;
+    totals.snapshots += snap.taken ? 1 : 0;
+    totals.snapshot_stall_s += snap.stall_s;
     if (print) {
       std::printf("step %lld loss %.4f xent %.4f grad_norm %.3f lr %.2e tokens/s %.0f",
                   (long long)r.step, r.loss, r.xent, r.grad_norm, r.lr, tokens_per_step / seconds);
+      if (snap.taken) {
+        std::printf(
+            " snapshot stall %.2f ms%s", snap.stall_s * 1e3,
+            snap.bytes_full > 0 ? (snap.delta ? " (last save delta)" : " (last save full)") : "");
+      }
       if (o.train.overlap) {
         std::printf(" comm %.2f ms exposed %.2f ms", r.comm_seconds * 1e3,
                     r.exposed_comm_seconds * 1e3);
@@ -119,6 +181,18 @@ Status run(CliOptions o) {
       std::printf("\n");
       std::fflush(stdout);
     }
+  }
+  if (snapshots) {
+    // The run is not done until its last save is durable: the wait counts as a stall.
+    const auto start = std::chrono::steady_clock::now();
+    TSR_RETURN_IF_ERROR(snapshots->finish());
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    totals.seconds += waited;
+    totals.snapshot_stall_s += waited;
+  }
+  if (print && o.json_summary) {
+    print_summary(totals, tokens_per_step, gpt_layout_text(*trainer));
   }
   // Every rank: its allocator high-water mark beside the planner's prediction for its stage.
   TSR_ASSIGN_OR_RETURN(const ir::Model ir_model, ir::load_model(o.config));
@@ -177,7 +251,29 @@ int main(int argc, char** argv) {
                  "cosine decay to 0.1 lr by this step (default: --steps; 0: constant)");
   app.add_option("--seed", o.train.seed, "parameter initialisation seed");
   app.add_option("--backend", o.backend, "HAL backend of the devices");
+  app.add_option("--ckpt-dir", o.snapshots.dir,
+                 "checkpoint directory: snapshots (with --snapshot-every) and --resume");
+  app.add_option("--snapshot-every", o.snapshots.every,
+                 "save master weights and AdamW state every N steps and after the last (0: "
+                 "never); asynchronous unless --ckpt-sync")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--full-every", o.snapshots.full_every,
+                 "a full save, then N-1 incremental (delta) saves; 1: every save full")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--ckpt-sync", o.snapshots.synchronous,
+               "wait for each save to be durable before the next step (the baseline's "
+               "synchronous checkpoint)");
+  app.add_flag("--peer-replica", o.snapshots.peer_replica,
+               "also keep each snapshot in the buddy rank's memory");
+  app.add_flag("--resume", o.snapshots.resume,
+               "continue from --ckpt-dir's latest checkpoint when it has one");
+  app.add_flag("--json-summary", o.json_summary,
+               "rank 0 prints one JSON line with the run's throughput and snapshot stalls");
   CLI11_PARSE(app, argc, argv);
+  if (o.snapshots.dir.empty() && (o.snapshots.every > 0 || o.snapshots.resume)) {
+    std::fprintf(stderr, "tessera-gpt-train: --snapshot-every and --resume need --ckpt-dir\n");
+    return 2;
+  }
   const tessera::Status s = tessera::gpt::run(o);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera-gpt-train: %s\n", s.to_string().c_str());

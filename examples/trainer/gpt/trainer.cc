@@ -173,6 +173,27 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
   return r;
 }
 
+Status GptTrainer::resume_at(const hal::Stream& s, int64_t step) {
+  if (step < 0) return invalid_argument("GPT trainer: resume at step " + std::to_string(step));
+  Params& params = model_->params();
+  if (ZeroEngine* zero = model_->zero()) {
+    // AdamW writes the working copy of the rank's slices; finish_step spreads them (zero 1/2)
+    // or forgets what zero 3 had gathered.
+    for (const ShardPiece& piece : params.shards().pieces) {
+      TSR_RETURN_IF_ERROR(s.cast(params.shard_work(piece), params.act(),
+                                 params.master_base() + piece.at, DType::kF32, piece.count));
+    }
+    TSR_RETURN_IF_ERROR(zero->finish_step(s));
+  } else {
+    TSR_RETURN_IF_ERROR(params.refresh_work(s));
+  }
+  TSR_RETURN_IF_ERROR(params.zero_grads(s));
+  TSR_RETURN_IF_ERROR(s.synchronize());
+  step_ = step;
+  adamw_.set_steps(step);
+  return Status();
+}
+
 Result<std::vector<float>> GptTrainer::download_master(const hal::Stream& stream) const {
   const Params& params = model_->params();
   if (!model_->zero()) return params.download_master(stream);

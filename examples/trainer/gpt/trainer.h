@@ -71,12 +71,20 @@ class GptTrainer {
   Result<StepResult> step(const hal::Stream& stream);
 
   GptModel& model() { return *model_; }
+  const GptModel& model() const { return *model_; }
   const MarkovCorpus& corpus() const { return corpus_; }
   const TrainOptions& options() const { return options_; }
   // The ZeRO plan (level 0 when options.zero is 0).
   const ZeroPlan& zero() const { return model_->zero() ? model_->zero()->plan() : no_zero_; }
   // The dp gradient sum through the overlap engine: null without options.overlap or where dp = 1.
   const GradOverlap* overlap() const { return overlap_.get(); }
+  // Steps taken so far (the next step() is step steps_done() + 1 of the schedule).
+  int64_t steps_done() const { return step_; }
+  // Continues after `step` steps from master weights and AdamW moments written by a checkpoint
+  // load, restore or in-memory reshard (checkpoint.h): rebuilds the working copy from master
+  // (under ZeRO each rank casts its slices and the units are allgathered over dp) and sets the
+  // step count, so the data and the schedule continue where the snapshot was taken. Synchronous.
+  Status resume_at(const hal::Stream& stream, int64_t step);
   // The whole master weights (gathered over dp under ZeRO). Synchronous.
   Result<std::vector<float>> download_master(const hal::Stream& stream) const;
 
