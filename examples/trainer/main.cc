@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
   app.add_option("--switch-step", o.switch_step, "re-plan before this step");
   app.add_option("--switch-plan", o.switch_plan_text, "the plan after --switch-step");
   app.add_option("--switch-batch", o.switch_batch, "the global batch after --switch-step");
+  app.add_option("--gpt-config", o.train.gpt_config,
+                 "train the GPT/MoE decoder of this Hugging Face config.json instead of the MLP "
+                 "(--global-batch counts sequences of --seq tokens; examples/trainer/gpt)");
+  app.add_option("--seq", o.train.seq, "tokens per sequence (with --gpt-config)")
+      ->capture_default_str();
   bool print_model = false;
   app.add_flag("--print-model", print_model,
                "print the model as an IR layer list (for `tessera plan --model`) and exit");

@@ -98,6 +98,7 @@ Status Session::resume(int64_t step) {
     return r.status().with_context("resuming from " + ckpt_dir() + "/" + ckpt::step_dir_name(step) +
                                    " (--fresh --overwrite starts over)");
   }
+  TSR_RETURN_IF_ERROR(trainer_->state_loaded(step));
   next_step_ = step;
   last_snapshot_step_ = step;  // committed already: not saved again
   return Status();
@@ -129,7 +130,7 @@ Status Session::start() {
       switched_ = true;
     }
   }
-  TSR_ASSIGN_OR_RETURN(trainer_, Trainer::create(o_.train, bootstrap_));
+  TSR_ASSIGN_OR_RETURN(trainer_, create_session_trainer(o_.train, bootstrap_));
   if (o_.snapshot_every <= 0) return Status();
   TSR_RETURN_IF_ERROR(make_checkpointer());
   const int generation = bootstrap_->info().generation;
@@ -164,12 +165,16 @@ Status Session::start() {
 
 Result<ckpt::RestoreResult> Session::restore() {
   auto r = ckpt_->restore();
-  if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  if (r.ok()) {
+    TSR_RETURN_IF_ERROR(trainer_->state_loaded(r->step));
+    return r;
+  }
+  if (r.status().code() != StatusCode::kNotFound) return r;
   // No snapshot survived anywhere (every rank sees the same storage): start over from step 0,
   // which the seed reproduces bit for bit.
   TSR_LOG(kWarn, "trainer") << rank_text() << ": " << r.status().message()
                             << "; restarting from step 0";
-  trainer_->reset_state();
+  TSR_RETURN_IF_ERROR(trainer_->reset_state());
   ckpt::RestoreResult fresh;
   fresh.step = 0;
   fresh.detail = "no snapshot: restarted from the initial state";
@@ -179,7 +184,10 @@ Result<ckpt::RestoreResult> Session::restore() {
 Status Session::make_checkpointer() {
   // The checkpointer's own communicator: its background thread sends the replicas.
   TSR_ASSIGN_OR_RETURN(ckpt_comm_, coll::Communicator::create(bootstrap_, trainer_->device()));
-  if (ckpt_) return ckpt_->rebind(std::make_shared<ckpt::CommRankGroup>(ckpt_comm_));
+  if (ckpt_) {
+    TSR_RETURN_IF_ERROR(ckpt_->rebind(std::make_shared<ckpt::CommRankGroup>(ckpt_comm_)));
+    return register_state();  // the rebuilt trainer may hold its state in new buffers
+  }
   ckpt::CheckpointOptions c;
   c.dir = ckpt_dir();
   c.peer_replica = true;
@@ -187,7 +195,8 @@ Status Session::make_checkpointer() {
   c.chunk_bytes = 64 << 10;  // small model: fine chunks make the deltas small
   c.fsync = false;           // a demo/test directory; the commit protocol still holds
   c.keep_last = 2;
-  c.layout = plan_text(trainer_->layout().plan);
+  c.layout = plan_text(trainer_->plan());
+  c.device = trainer_->device();  // device tensors are copied on its streams
   c.metadata[kRunIdentityKey] = run_identity(o_.train);
   if (o_.fail_saves_from >= 0) {
     // Fault injection: the save fails on every rank once its shard is written, as a full disk
@@ -206,40 +215,7 @@ Status Session::make_checkpointer() {
 }
 
 Status Session::register_state() {
-  ckpt::StateRegistry& reg = ckpt_->registry();
-  reg.clear();
-  const Layout& l = trainer_->layout();
-  const bool replicated = l.plan.dp > 1;
-  for (Param& p : trainer_->params()) {
-    const LocalParam& lp = p.local;
-    ckpt::Slice slice{lp.offset, lp.len};
-    TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name, hal::DType::kF32, lp.info.shape, slice,
-                                            p.value(), replicated));
-    if (!p.adam_m.empty()) {
-      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_m", hal::DType::kF32,
-                                              lp.info.shape, slice, p.adam_m.data(), replicated));
-      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_v", hal::DType::kF32,
-                                              lp.info.shape, slice, p.adam_v.data(), replicated));
-    }
-  }
-  overlap::GradSync* sync = trainer_->grad_sync();
-  if (sync != nullptr && l.plan.zero == 1) {
-    // ZeRO-1: each DP rank holds its shard of the Adam moments: one contiguous range of the
-    // flattened local (TP) slice of each parameter it owns part of.
-    size_t k = 0;
-    for (const overlap::ShardSegment& s : sync->shard_segments()) {
-      const Param& p = trainer_->params()[size_t(s.param)];
-      const std::string name = p.local.info.name + ".tp" + std::to_string(l.tp_index);
-      ckpt::Slice slice{{int64_t(s.param_offset)}, {int64_t(s.count)}};
-      const std::vector<int64_t> shape{p.count()};
-      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_m", hal::DType::kF32, shape, slice,
-                                              trainer_->zero_m().data() + k));
-      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_v", hal::DType::kF32, shape, slice,
-                                              trainer_->zero_v().data() + k));
-      k += s.count;
-    }
-  }
-  return Status();
+  return trainer_->register_state(ckpt_->registry());
 }
 
 // The failed-save policy: a failed save is a warning (the snapshot in memory and the buddy's copy
@@ -377,17 +353,18 @@ Status Session::switch_plan(SessionStep* out) {
   const std::string where =
       rank_text() + ": plan switch before step " + std::to_string(next_step_ + 1);
   TSR_ASSIGN_OR_RETURN(TrainPlan next, parse_plan(o_.switch_plan_text));
-  const TrainPlan before = trainer_->layout().plan;
+  const TrainPlan before = trainer_->plan();
   if (!ckpt_) {
     return failed_precondition(where +
                                ": needs --snapshot-every (state moves by the checkpointer)");
   }
   if (before.zero != 0 || next.zero != 0) {
-    return unimplemented(where + ": plans with ZeRO-1 are not switched (shard names differ)");
+    return unimplemented(where +
+                         ": plans with ZeRO are not switched (the shards' names and sizes differ)");
   }
   const int64_t batch = o_.switch_batch > 0 ? o_.switch_batch : o_.train.global_batch;
   TSR_RETURN_IF_ERROR(
-      validate_plan(next, o_.train.model, batch, bootstrap_->info().size).with_context(where));
+      check_trainer_plan(o_.train, next, batch, bootstrap_->info().size).with_context(where));
   // A snapshot of this very step, complete, is what reshard_from_memory moves.
   if (last_snapshot_step_ != next_step_) {
     SnapshotReport unused;
@@ -397,15 +374,17 @@ Status Session::switch_plan(SessionStep* out) {
   TrainOptions t = o_.train;
   t.plan = next;
   t.global_batch = batch;
-  auto fresh = Trainer::create(t, bootstrap_);  // collective: the new layout's communicators
+  // Collective: the new layout's communicators.
+  auto fresh = create_session_trainer(t, bootstrap_);
   if (!fresh.ok()) return fresh.status().with_context(where);
-  std::unique_ptr<Trainer> old = std::move(trainer_);
+  std::unique_ptr<SessionTrainer> old = std::move(trainer_);
   trainer_ = std::move(fresh).value();
   TSR_RETURN_IF_ERROR(register_state().with_context(where));
   auto moved = ckpt_->reshard_from_memory();
   if (!moved.ok()) return moved.status().with_context(where);
+  TSR_RETURN_IF_ERROR(trainer_->state_loaded(moved->step).with_context(where));
   // The next manifests record the plan the state is now laid out in.
-  TSR_RETURN_IF_ERROR(ckpt_->set_layout(plan_text(trainer_->layout().plan)).with_context(where));
+  TSR_RETURN_IF_ERROR(ckpt_->set_layout(plan_text(trainer_->plan())).with_context(where));
   old.reset();
   o_.train.plan = next;
   o_.train.global_batch = batch;

@@ -60,7 +60,7 @@ class Session {
   int64_t next_step() const { return next_step_; }
   // Runs next_step() (recovering from a peer's death on the way when snapshots are on).
   Result<SessionStep> step();
-  Trainer& trainer() { return *trainer_; }
+  SessionTrainer& trainer() { return *trainer_; }
   // Saves the final step (when snapshots are on and it is not saved yet) and waits for it: an
   // error when it failed.
   Status finish();
@@ -83,7 +83,7 @@ class Session {
   RunOptions o_;
   std::shared_ptr<coll::Bootstrap> bootstrap_;
   bool restarted_ = false;  // started by the launcher as a replacement (generation > 0)
-  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<SessionTrainer> trainer_;
   std::shared_ptr<coll::Communicator> ckpt_comm_;
   std::unique_ptr<ckpt::Checkpointer> ckpt_;
   int64_t next_step_ = 0;

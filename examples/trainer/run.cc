@@ -176,12 +176,12 @@ int run_training(RunOptions o) {
     }
     if (rank == 0) {
       if (o.log_every > 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.train.steps)) {
-        print_progress(r->report, o, session.trainer().options().global_batch, r->snapshot.stall_s,
+        print_progress(r->report, o, session.trainer().global_batch(), r->snapshot.stall_s,
                        now_s() - t0);
       }
       if (metrics) {
         std::fprintf(metrics, "%s\n",
-                     step_json(r->report, session.trainer().layout().plan, r->snapshot).c_str());
+                     step_json(r->report, session.trainer().plan(), r->snapshot).c_str());
         std::fflush(metrics);
       }
     }
@@ -195,7 +195,7 @@ int run_training(RunOptions o) {
   if (!s.ok()) return fail(rank, s.with_context("final barrier"));
   if (rank == 0) {
     std::printf("final parameters checksum %016" PRIx64 " plan %s steps %" PRId64 " (%.2f s)\n",
-                *checksum, plan_text(session.trainer().layout().plan).c_str(), o.train.steps,
+                *checksum, plan_text(session.trainer().plan()).c_str(), o.train.steps,
                 now_s() - t0);
     if (metrics) {
       std::fprintf(metrics, "{\"final_checksum\": \"%016" PRIx64 "\", \"seconds\": %.3f}\n",

@@ -62,7 +62,7 @@ void fill_initial(const LocalParam& lp, uint64_t seed, float* v) {
 
 }  // namespace
 
-void Trainer::reset_state() {
+Status Trainer::reset_state() {
   for (Param& p : params_) {
     fill_initial(p.local, options_.seed, p.value());
     std::fill(p.adam_m.begin(), p.adam_m.end(), 0.0f);
@@ -70,6 +70,41 @@ void Trainer::reset_state() {
   }
   std::fill(zero_m_.begin(), zero_m_.end(), 0.0f);
   std::fill(zero_v_.begin(), zero_v_.end(), 0.0f);
+  return Status();
+}
+
+Status Trainer::register_state(ckpt::StateRegistry& reg) {
+  reg.clear();
+  const bool replicated = layout_.plan.dp > 1;
+  for (Param& p : params_) {
+    const LocalParam& lp = p.local;
+    ckpt::Slice slice{lp.offset, lp.len};
+    TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name, hal::DType::kF32, lp.info.shape, slice,
+                                            p.value(), replicated));
+    if (!p.adam_m.empty()) {
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_m", hal::DType::kF32,
+                                              lp.info.shape, slice, p.adam_m.data(), replicated));
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(lp.info.name + ".adam_v", hal::DType::kF32,
+                                              lp.info.shape, slice, p.adam_v.data(), replicated));
+    }
+  }
+  if (sync_ != nullptr && layout_.plan.zero == 1) {
+    // ZeRO-1: each DP rank holds its shard of the Adam moments: one contiguous range of the
+    // flattened local (TP) slice of each parameter it owns part of.
+    size_t k = 0;
+    for (const overlap::ShardSegment& s : sync_->shard_segments()) {
+      const Param& p = params_[size_t(s.param)];
+      const std::string name = p.local.info.name + ".tp" + std::to_string(layout_.tp_index);
+      ckpt::Slice slice{{int64_t(s.param_offset)}, {int64_t(s.count)}};
+      const std::vector<int64_t> shape{p.count()};
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_m", hal::DType::kF32, shape, slice,
+                                              zero_m_.data() + k));
+      TSR_RETURN_IF_ERROR(reg.add_host_tensor(name + ".zero_v", hal::DType::kF32, shape, slice,
+                                              zero_v_.data() + k));
+      k += s.count;
+    }
+  }
+  return Status();
 }
 
 Status Trainer::init_params() {

@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "layout.h"
 #include "model.h"
+#include "session_trainer.h"
 #include "tessera/coll/communicator.h"
 #include "tessera/hal/platform.h"
 #include "tessera/overlap/grad_sync.h"
@@ -34,6 +35,10 @@ struct TrainOptions {
   AdamConfig adam;
   size_t bucket_bytes = 64 << 10;  // the overlap engine's bucket size (small model: many buckets)
   std::string trace_path;          // overlap engine trace (TESSERA_TRACE when empty)
+  // The GPT/MoE decoder of this Hugging Face config.json instead of the MLP (gpt_session.h):
+  // global_batch counts sequences of `seq` tokens; `model` is not used.
+  std::string gpt_config;
+  int64_t seq = 32;
 };
 
 // What one step did, as seen by this rank (loss is global: the same on every rank).
@@ -61,37 +66,43 @@ struct Param {
   int64_t count() const { return local.elements(); }
 };
 
-class Trainer {
+class Trainer final : public SessionTrainer {
  public:
   static Result<std::unique_ptr<Trainer>> create(const TrainOptions& options,
                                                  std::shared_ptr<coll::Bootstrap> bootstrap);
-  ~Trainer();
+  ~Trainer() override;
 
   // Runs step `step` (0-based; Adam's t = step + 1; data = f(seed, step)).
-  Result<StepReport> train_step(int64_t step);
+  Result<StepReport> train_step(int64_t step) override;
 
   // Collective over the world: rank 0 gathers the global parameters (global order, row-major)
   // and, when `path` is not empty, writes them (format in dump.h). Every rank gets the checksum.
-  Result<uint64_t> gather_params(const std::string& path);
+  Result<uint64_t> gather_params(const std::string& path) override;
+
+  const TrainPlan& plan() const override { return layout_.plan; }
+  int64_t global_batch() const override { return options_.global_batch; }
+  // Parameters and Adam moments by name and slice (ZeRO-1: the moments of this rank's shard).
+  Status register_state(ckpt::StateRegistry& registry) override;
+  Status state_loaded(int64_t) override { return Status(); }  // the snapshot holds it all
 
   const Layout& layout() const { return layout_; }
   const TrainOptions& options() const { return options_; }
   int rank() const { return world_->rank(); }
-  coll::Communicator& world() { return *world_; }
+  coll::Communicator& world() override { return *world_; }
   std::vector<Param>& params() { return params_; }
   overlap::GradSync* grad_sync() { return sync_.get(); }
   std::vector<float>& zero_m() { return zero_m_; }
   std::vector<float>& zero_v() { return zero_v_; }
-  const hal::Device& device() const { return *device_; }
+  const hal::Device& device() const override { return *device_; }
 
   // Back to the initial parameters (from the seed) and zero Adam moments: a restore with no
   // snapshot anywhere starts over from step 0 (still deterministic).
-  void reset_state();
+  Status reset_state() override;
 
   // Recovery: drops communicators and the overlap engine (after a peer failure), then builds
   // them again over `bootstrap` (a new generation). Parameters and optimizer state stay.
-  void abort_communication(const std::string& reason);
-  Status rebuild_communication(std::shared_ptr<coll::Bootstrap> bootstrap);
+  void abort_communication(const std::string& reason) override;
+  Status rebuild_communication(std::shared_ptr<coll::Bootstrap> bootstrap) override;
 
   struct Activations;  // schedule.cc
 

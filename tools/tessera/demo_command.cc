@@ -13,8 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "demo/demo.h"
+#include "demo_config.h"
+#include "tessera/ir/loaders.h"
 #include "tessera/plan/timeline.h"
 
 namespace tessera::tools {
@@ -39,11 +43,12 @@ std::string read_file(const std::string& path) {
 }
 
 // The trainer's mbs: whole per-rank batches without a pipeline (few GEMM calls on a busy host);
-// with one, two micro-batches per stage so 1F1B has something to overlap.
-void fit_microbatches(trainer::TrainPlan* p, int64_t batch, int64_t blocks) {
+// with one, two micro-batches per stage so 1F1B has something to overlap. `even_stages`: the
+// trainer splits the blocks evenly itself (the GPT trainer takes no stages=).
+void fit_microbatches(trainer::TrainPlan* p, int64_t batch, int64_t blocks, bool even_stages) {
   int64_t sum = 0;
   for (int b : p->stage_blocks) sum += b;
-  if (sum != blocks || p->pp == 1) p->stage_blocks.clear();  // the trainer splits evenly
+  if (sum != blocks || p->pp == 1 || even_stages) p->stage_blocks.clear();
   const int64_t local = batch / p->dp;
   p->mbs = 0;
   if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
@@ -59,6 +64,8 @@ void check_options(const DemoOptions& o, bool fault_step_given) {
   }
   if (o.steps < 4) fail("--steps must be at least 4");
   if (o.out.empty()) fail("--out must name a folder");
+  if (o.model != "gpt" && o.model != "mlp") fail("--model '" + o.model + "' is not gpt or mlp");
+  if (o.seq < 1) fail("--seq must be at least 1");
   if (!fault_step_given) return;
   if (o.no_fault) fail("--fault-step and --no-fault contradict each other: give one of them");
   if (o.fault_step < 0 || o.fault_step >= o.steps) {
@@ -88,16 +95,17 @@ std::filesystem::path prepare_output(const std::string& folder) {
 }
 
 // Probes the machine, plans both phases of the demo and draws the first plan's timeline.
-demo::DemoPlan probe_and_plan(const DemoOptions& o, const trainer::ModelSpec& spec,
+demo::DemoPlan probe_and_plan(const DemoOptions& o, const demo::DemoModel& model,
                               const std::filesystem::path& out) {
   auto probe = demo::probe_machine();
   if (!probe.ok()) fail(probe.status().message());
   std::printf("probe     %s, %u cores, f32 GEMM %.1f GFLOP/s (256^3, one thread pool)\n",
               probe->device.c_str(), probe->cores, probe->gemm_gflops);
-  auto plan = demo::plan_demo(o, spec, *probe);
+  auto plan = demo::plan_demo(o, model, *probe);
   if (!plan.ok()) fail(plan.status().message());
-  fit_microbatches(&plan->first, o.global_batch, spec.blocks);
-  fit_microbatches(&plan->second, plan->second_batch, spec.blocks);
+  const bool even = o.model == "gpt";
+  fit_microbatches(&plan->first, o.global_batch, model.blocks, even);
+  fit_microbatches(&plan->second, plan->second_batch, model.blocks, even);
   std::printf("plan      %s now, %s from step %lld (batch %lld)\n",
               trainer::plan_text(plan->first).c_str(), trainer::plan_text(plan->second).c_str(),
               (long long)plan->switch_step + 1, (long long)plan->second_batch);
@@ -123,16 +131,52 @@ std::string plan_flag(const trainer::TrainPlan& p) {
 }
 
 // The flags both runs share: model, schedule and the two plans.
-std::vector<std::string> common_trainer_flags(const DemoOptions& o, const demo::DemoPlan& plan) {
-  return {"--model-size",     o.model_size,
-          "--steps",          std::to_string(o.steps),
-          "--global-batch",   std::to_string(o.global_batch),
-          "--plan",           plan_flag(plan.first),
-          "--snapshot-every", "2",
-          "--switch-step",    std::to_string(plan.switch_step),
-          "--switch-plan",    plan_flag(plan.second),
-          "--switch-batch",   std::to_string(plan.second_batch),
-          "--log-every",      "1"};
+std::vector<std::string> common_trainer_flags(const DemoOptions& o, const demo::DemoModel& model,
+                                              const demo::DemoPlan& plan) {
+  std::vector<std::string> flags = model.trainer_flags;
+  flags.insert(
+      flags.end(),
+      {"--steps", std::to_string(o.steps), "--global-batch", std::to_string(o.global_batch),
+       "--plan", plan_flag(plan.first), "--snapshot-every", "2", "--switch-step",
+       std::to_string(plan.switch_step), "--switch-plan", plan_flag(plan.second), "--switch-batch",
+       std::to_string(plan.second_batch), "--log-every", "1"});
+  return flags;
+}
+
+// The model: the GPT decoder of the embedded demo-llama.json (written to <out>/model.json), or
+// the MLP of --model-size.
+demo::DemoModel demo_model(const DemoOptions& o, const std::filesystem::path& out) {
+  demo::DemoModel m;
+  if (o.model == "mlp") {
+    auto spec = trainer::model_spec_preset(o.model_size);
+    if (!spec.ok()) fail(spec.status().message());
+    m.description = "MLP " + o.model_size + " (hidden " + std::to_string(spec->hidden) + ", " +
+                    std::to_string(spec->blocks) + " blocks, " + std::to_string(spec->classes) +
+                    " classes)";
+    m.ir = trainer::model_ir(*spec);
+    m.blocks = spec->blocks;
+    m.tp2_ok = spec->ffn_size() % 2 == 0;
+    m.trainer_flags = {"--model-size", o.model_size};
+    return m;
+  }
+  const std::string path = (out / "model.json").string();
+  std::ofstream(path) << demo::kDemoGptConfig;
+  auto ir = ir::load_model(path);
+  if (!ir.ok()) fail(ir.status().message());
+  const auto j = nlohmann::json::parse(demo::kDemoGptConfig);
+  const int64_t heads = j.at("num_attention_heads"), kv = j.at("num_key_value_heads");
+  const int64_t ffn = j.at("intermediate_size"), vocab = j.at("vocab_size");
+  m.blocks = j.at("num_hidden_layers");
+  m.description = "GPT decoder " + j.at("_name_or_path").get<std::string>() + " (hidden " +
+                  std::to_string(j.at("hidden_size").get<int64_t>()) + ", " +
+                  std::to_string(m.blocks) + " layers, " + std::to_string(heads) +
+                  " heads, vocab " + std::to_string(vocab) + "), " + std::to_string(o.seq) +
+                  " tokens per sequence";
+  m.ir = std::move(*ir);
+  m.seq = o.seq;
+  m.tp2_ok = heads % 2 == 0 && kv % 2 == 0 && ffn % 2 == 0 && vocab % 2 == 0;
+  m.trainer_flags = {"--gpt-config", path, "--seq", std::to_string(o.seq)};
+  return m;
 }
 
 // Runs the trainer under the launcher with `extra` flags; its log goes to <dir>/log.txt, and a
@@ -211,18 +255,14 @@ bool report(const demo::DemoPlan& plan, const std::filesystem::path& out) {
 
 void run_demo(const DemoOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  auto spec = trainer::model_spec_preset(o.model_size);
-  if (!spec.ok()) fail(spec.status().message());
   const std::string train = self_dir() + "/tessera-train";
   if (access(train.c_str(), X_OK) != 0) fail(train + " not found (build the tessera-train target)");
   const std::filesystem::path out = prepare_output(o.out);
-  std::printf(
-      "tessera demo: %d ranks, model %s (hidden %lld, %lld blocks, %lld classes), %lld "
-      "steps\n",
-      o.ranks, o.model_size.c_str(), (long long)spec->hidden, (long long)spec->blocks,
-      (long long)spec->classes, (long long)o.steps);
-  const demo::DemoPlan plan = probe_and_plan(o, *spec, out);
-  const std::vector<std::string> common = common_trainer_flags(o, plan);
+  const demo::DemoModel model = demo_model(o, out);
+  std::printf("tessera demo: %d ranks, %s, %lld steps\n", o.ranks, model.description.c_str(),
+              (long long)o.steps);
+  const demo::DemoPlan plan = probe_and_plan(o, model, out);
+  const std::vector<std::string> common = common_trainer_flags(o, model, plan);
   run_training(o, common, out);
   run_reference(o, common, out);
   const bool equal = report(plan, out);
@@ -241,8 +281,14 @@ void add_demo_command(CLI::App& app) {
       "plan, check bitwise against a fault-free run (docs/DEMO.md)");
   cmd->add_option("--ranks", o->ranks, "ranks (processes) to launch")->capture_default_str();
   cmd->add_option("--devices", o->devices, "devices to plan for (default: --ranks)");
-  cmd->add_option("--model-size", o->model_size, "tiny, small, medium or large")
+  cmd->add_option("--model", o->model,
+                  "gpt: the GPT decoder of examples/trainer/configs/demo-llama.json (embedded); "
+                  "mlp: the residual MLP of --model-size")
       ->capture_default_str();
+  CLI::Option* model_size =
+      cmd->add_option("--model-size", o->model_size, "the MLP's size: tiny, small, medium or large")
+          ->capture_default_str();
+  cmd->add_option("--seq", o->seq, "tokens per sequence (gpt)")->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
   CLI::Option* fault_step = cmd->add_option(
       "--fault-step", o->fault_step,
@@ -250,7 +296,10 @@ void add_demo_command(CLI::App& app) {
       "the way)");
   cmd->add_flag("--no-fault", o->no_fault, "train without killing a rank");
   cmd->add_option("--out", o->out, "output folder")->capture_default_str();
-  cmd->callback([o, fault_step] {
+  cmd->callback([o, fault_step, model_size] {
+    if (model_size->count() > 0 && o->model != "mlp") {
+      fail("--model-size sizes the MLP: give --model mlp with it");
+    }
     check_options(*o, fault_step->count() > 0);
     run_demo(*o);
   });

@@ -13,6 +13,7 @@
 #include "layout.h"  // examples/trainer: the plan the trainer runs
 #include "model.h"
 #include "tessera/common/status.h"
+#include "tessera/ir/model.h"
 #include "tessera/plan/plan.h"
 
 namespace tessera::tools::demo {
@@ -26,8 +27,10 @@ inline std::string fixed(double v, int digits) {
 
 struct DemoOptions {
   int ranks = 4;
-  int devices = 0;  // devices to plan for; 0: ranks
-  std::string model_size = "small";
+  int devices = 0;                   // devices to plan for; 0: ranks
+  std::string model = "gpt";         // "gpt": the decoder of demo-llama.json; "mlp"
+  std::string model_size = "small";  // the MLP's size
+  int64_t seq = 32;                  // tokens per sequence (gpt)
   int64_t steps = 24;
   int64_t global_batch = 32;
   int64_t fault_step = -1;  // -1: a third of the way
@@ -42,6 +45,16 @@ struct Probe {
   double gemm_gflops = 0;  // f32, measured
 };
 
+// The model the demo trains, as the planner and tessera-train see it.
+struct DemoModel {
+  std::string description;  // one line for the header
+  ir::Model ir;
+  int64_t blocks = 0;
+  int64_t seq = 1;                         // tokens per sample for the planner (the MLP: 1)
+  bool tp2_ok = true;                      // tp = 2 divides everything the trainer splits
+  std::vector<std::string> trainer_flags;  // --gpt-config F --seq N, or --model-size S
+};
+
 struct DemoPlan {
   trainer::TrainPlan first, second;
   plan::Estimate first_estimate, second_estimate;
@@ -50,8 +63,7 @@ struct DemoPlan {
 };
 
 Result<Probe> probe_machine();
-Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
-                           const Probe& probe);
+Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& model, const Probe& probe);
 
 struct RunResult {
   int exit_code = -1;

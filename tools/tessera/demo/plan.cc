@@ -52,8 +52,7 @@ Result<Probe> probe_machine() {
   return p;
 }
 
-Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
-                           const Probe& probe) {
+Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& demo_model, const Probe& probe) {
   const int devices = o.devices > 0 ? o.devices : o.ranks;
   // The host as the planner sees it: `devices` devices of the measured GEMM rate (all ranks
   // share the cores, so each gets its share), shared memory between them.
@@ -69,7 +68,7 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
   plan::ClusterSpec cluster = plan::cluster_from_calibration(c);
   plan::CostOptions options;
   plan::apply_calibration(c, &cluster, &options);
-  const ir::Model model = trainer::model_ir(spec);
+  const ir::Model& model = demo_model.ir;
   DemoPlan out;
   out.switch_step = std::max<int64_t>(2, (2 * o.steps) / 3);
   out.second_batch = 2 * o.global_batch;
@@ -77,10 +76,10 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
   std::vector<plan::Phase> phases(2);
   phases[0].name = "phase 1";
   phases[0].steps = out.switch_step;
-  phases[0].workload = {o.global_batch, 1, plan::Dtype::kBf16};
+  phases[0].workload = {o.global_batch, demo_model.seq, plan::Dtype::kBf16};
   phases[1].name = "phase 2 (batch x2)";
   phases[1].steps = o.steps - out.switch_step;
-  phases[1].workload = {out.second_batch, 1, plan::Dtype::kBf16};
+  phases[1].workload = {out.second_batch, demo_model.seq, plan::Dtype::kBf16};
   auto report = plan::replan(model, cluster, phases, 0.0, trainer_constraints(), options);
   if (!report.ok()) return report.status().with_context("planning the demo model");
   const plan::PhasePlan& p1 = report->phases[0];
@@ -100,7 +99,7 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const trainer::ModelSpec& spec,
     // The planner keeps the layout for this model: the demo still switches once, to the best
     // plan with tensor parallelism, to show the in-memory move (and says so).
     plan::SearchConstraints fixed_tp = trainer_constraints();
-    fixed_tp.tp = devices % 2 == 0 && spec.ffn_size() % 2 == 0 ? 2 : 1;
+    fixed_tp.tp = devices % 2 == 0 && demo_model.tp2_ok ? 2 : 1;
     if (*fixed_tp.tp == p1.best.plan.tp) fixed_tp.tp = 1;
     auto forced = plan::search_plans(model, cluster, phases[1].workload, fixed_tp, options);
     if (!forced.ok()) return forced.status().with_context("planning phase 2");
