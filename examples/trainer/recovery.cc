@@ -371,6 +371,8 @@ Status Session::switch_plan(SessionStep* out) {
     TSR_RETURN_IF_ERROR(snapshot(next_step_, &unused).with_context(where));
   }
   TSR_RETURN_IF_ERROR(collect_save().with_context(where));
+  const double saved =
+      now_s();  // before: the save in flight finishing (its own time, not the move's)
   TrainOptions t = o_.train;
   t.plan = next;
   t.global_batch = batch;
@@ -394,17 +396,21 @@ Status Session::switch_plan(SessionStep* out) {
   }
   switched_ = true;
   out->switched = true;
+  const double end = now_s();
   char text[512];
   std::snprintf(text, sizeof text,
                 "plan switch before step %" PRId64
                 ": %s -> %s; state moved in memory "
-                "(reshard_from_memory) in %.3f s",
-                next_step_ + 1, plan_text(before).c_str(), plan_text(next).c_str(), now_s() - t0);
+                "(reshard_from_memory) in %.3f s, after %.3f s waiting for the snapshot's save",
+                next_step_ + 1, plan_text(before).c_str(), plan_text(next).c_str(), end - saved,
+                saved - t0);
   out->switch_text = text;
   std::snprintf(text, sizeof text,
                 "{\"switch\": {\"step\": %" PRId64
-                ", \"from\": \"%s\", \"to\": \"%s\", \"seconds\": %.6f}}",
-                next_step_, plan_text(before).c_str(), plan_text(next).c_str(), now_s() - t0);
+                ", \"from\": \"%s\", \"to\": \"%s\", \"seconds\": %.6f, \"move_s\": %.6f, "
+                "\"save_wait_s\": %.6f}}",
+                next_step_, plan_text(before).c_str(), plan_text(next).c_str(), end - t0,
+                end - saved, saved - t0);
   out->switch_json = text;
   return Status();
 }

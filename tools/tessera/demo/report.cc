@@ -129,7 +129,12 @@ Result<std::string> summarize(const std::string& metrics_path, const DemoPlan& p
   if (sw.is_object()) {
     o << "switch    " << sw.value("from", std::string()) << " -> " << sw.value("to", std::string())
       << " before step " << switch_step + 1 << ", state moved in memory in "
-      << fmt("%.3f s", sw.value("seconds", 0.0)) << "\n";
+      << fmt("%.3f s", sw.value("move_s", sw.value("seconds", 0.0)));
+    if (sw.contains("save_wait_s")) {
+      o << fmt(" (after %.3f s waiting for the snapshot's save to finish)",
+               sw.value("save_wait_s", 0.0));
+    }
+    o << "\n";
   }
   return o.str();
 }
