@@ -221,54 +221,40 @@ int replan_body(int rank, int size, bool in_memory, std::string dir) {
   auto reference = (*reference_trainer)->download_master(*env->dev.stream);
   CHILD_OK(reference.status());
 
-  Straight continued;
-  if (!in_memory) {
-    CHILD_OK(run_and_save(*env, *config, dp2, DType::kF32, dir, 2).status());
-    // tp 2 runs one micro-batch of 2 sequences on both ranks: the same samples as dp 2's step
-    // only with 2 micro-batches, so the continuation takes 2 (as the 1-rank run does).
-    auto loaded = [&]() -> Result<Straight> {
-      ParallelGroups groups;
-      TSR_ASSIGN_OR_RETURN(groups, make_groups(env->world, tp2.tp, tp2.dp));
-      one.seed = 99;
-      TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env->dev.device, *config,
-                                                            *env->dev.kernels, groups, one));
-      TSR_RETURN_IF_ERROR(trainer->init(*env->dev.stream));
+  // tp 2 runs one micro-batch of 2 sequences on both ranks: the same samples as dp 2's step
+  // only with 2 micro-batches, so the continuation takes 2 (as the 1-rank run does).
+  auto continue_under_tp2 = [&](ckpt::Checkpointer& ckpt) -> Result<Straight> {
+    ParallelGroups groups;
+    TSR_ASSIGN_OR_RETURN(groups, make_groups(env->world, tp2.tp, tp2.dp));
+    one.seed = 99;
+    TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env->dev.device, *config,
+                                                          *env->dev.kernels, groups, one));
+    TSR_RETURN_IF_ERROR(trainer->init(*env->dev.stream));
+    TSR_RETURN_IF_ERROR(register_gpt_state(*trainer, ckpt.registry()));
+    TSR_ASSIGN_OR_RETURN(ckpt::LoadResult r, in_memory ? ckpt.reshard_from_memory() : ckpt.load());
+    TSR_RETURN_IF_ERROR(trainer->resume_at(*env->dev.stream, r.step));
+    Straight out;
+    TSR_ASSIGN_OR_RETURN(out.losses, run(*trainer, *env->dev.stream, kSteps - int(r.step)));
+    TSR_ASSIGN_OR_RETURN(out.master, trainer->download_master(*env->dev.stream));
+    return out;
+  };
+  auto result = [&]() -> Result<Straight> {
+    if (!in_memory) {  // saved by one trainer, loaded by another checkpointer
+      TSR_RETURN_IF_ERROR(run_and_save(*env, *config, dp2, DType::kF32, dir, 2).status());
       TSR_ASSIGN_OR_RETURN(auto ckpt, make_checkpointer(*env, dir));
-      TSR_RETURN_IF_ERROR(register_gpt_state(*trainer, ckpt->registry()));
-      TSR_ASSIGN_OR_RETURN(ckpt::LoadResult r, ckpt->load());
-      TSR_RETURN_IF_ERROR(trainer->resume_at(*env->dev.stream, r.step));
-      Straight out;
-      TSR_ASSIGN_OR_RETURN(out.losses, run(*trainer, *env->dev.stream, kSteps - int(r.step)));
-      TSR_ASSIGN_OR_RETURN(out.master, trainer->download_master(*env->dev.stream));
-      return out;
-    }();
-    CHILD_OK(loaded.status());
-    continued = *loaded;
-  } else {
-    auto moved = [&]() -> Result<Straight> {
-      TSR_ASSIGN_OR_RETURN(auto old_trainer, make_trainer(*env, *config, dp2, DType::kF32, 1234));
-      TSR_ASSIGN_OR_RETURN(auto ckpt, make_checkpointer(*env, dir));
-      TSR_RETURN_IF_ERROR(register_gpt_state(*old_trainer, ckpt->registry()));
-      TSR_RETURN_IF_ERROR(run(*old_trainer, *env->dev.stream, 2).status());
-      TSR_RETURN_IF_ERROR(ckpt->save_async(2).status());
-      TSR_RETURN_IF_ERROR(ckpt->wait().status());
-      ParallelGroups groups;
-      TSR_ASSIGN_OR_RETURN(groups, make_groups(env->world, tp2.tp, tp2.dp));
-      one.seed = 99;
-      TSR_ASSIGN_OR_RETURN(auto trainer, GptTrainer::create(*env->dev.device, *config,
-                                                            *env->dev.kernels, groups, one));
-      TSR_RETURN_IF_ERROR(trainer->init(*env->dev.stream));
-      TSR_RETURN_IF_ERROR(register_gpt_state(*trainer, ckpt->registry()));
-      TSR_ASSIGN_OR_RETURN(ckpt::LoadResult r, ckpt->reshard_from_memory());
-      TSR_RETURN_IF_ERROR(trainer->resume_at(*env->dev.stream, r.step));
-      Straight out;
-      TSR_ASSIGN_OR_RETURN(out.losses, run(*trainer, *env->dev.stream, kSteps - int(r.step)));
-      TSR_ASSIGN_OR_RETURN(out.master, trainer->download_master(*env->dev.stream));
-      return out;
-    }();
-    CHILD_OK(moved.status());
-    continued = *moved;
-  }
+      return continue_under_tp2(*ckpt);
+    }
+    // The same checkpointer's snapshot moved to the new trainer's buffers.
+    TSR_ASSIGN_OR_RETURN(auto old_trainer, make_trainer(*env, *config, dp2, DType::kF32, 1234));
+    TSR_ASSIGN_OR_RETURN(auto ckpt, make_checkpointer(*env, dir));
+    TSR_RETURN_IF_ERROR(register_gpt_state(*old_trainer, ckpt->registry()));
+    TSR_RETURN_IF_ERROR(run(*old_trainer, *env->dev.stream, 2).status());
+    TSR_RETURN_IF_ERROR(ckpt->save_async(2).status());
+    TSR_RETURN_IF_ERROR(ckpt->wait().status());
+    return continue_under_tp2(*ckpt);
+  }();
+  CHILD_OK(result.status());
+  const Straight& continued = *result;
   for (size_t s = 0; s < continued.losses.size(); ++s) {
     const double a = continued.losses[s], b = (*reference_losses)[2 + s];
     CHILD_CHECK(std::abs(a - b) <= kLossTol * std::abs(b), "step %zu loss %.9g, 1 rank %.9g", 3 + s,
