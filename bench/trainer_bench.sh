@@ -67,8 +67,6 @@ plan = json.load(open(sys.argv[1]))["plans"][0]
 cal = json.load(open(sys.argv[2]))
 flags = "--tp {tp} --pp {pp} --dp {dp} --ep {ep} --zero {zero} --micro-batch {mbs} " \
         "--micro-batches {num_microbatches} --recompute {recompute}".format(**plan)
-if plan["pp"] > 1:
-    flags += " --clip-norm 0"
 overlap = "--overlap" if plan["zero"] == 0 and plan["dp"] > 1 and plan["pp"] == 1 and plan["ep"] == 1 else "-"
 devices = plan["tp"] * plan["pp"] * plan["dp"]
 per_token = plan["model_tflops_per_device"] * 1e12 * devices / plan["tokens_per_s"]

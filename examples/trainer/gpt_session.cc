@@ -109,7 +109,6 @@ class GptSessionTrainer final : public SessionTrainer {
     o.zero = p.zero;
     o.overlap = p.zero == 0 && p.dp > 1 && p.pp == 1;
     o.adamw.lr = options_.adam.lr;
-    o.adamw.clip_norm = 0;  // see gpt_session.h
     o.adamw.decay_steps = options_.steps;
     return o;
   }

@@ -7,8 +7,8 @@
 // 0..3; mbs sequences per micro-batch (0: the dp rank's whole share), global_batch sequences of
 // TrainOptions::seq tokens per step. Activations bf16, f32 master weights and AdamW; the dp
 // gradient sum goes through the overlap engine where the GPT trainer runs it (zero 0, dp > 1,
-// pp 1). No gradient clipping: under pp the norm is not summed over stages yet, and a plan switch
-// must not change the optimizer. Refused by name: stages= (uneven stages).
+// pp 1); gradients clipped to the global norm 1.0 (summed over tp, dp shards and pp stages).
+// Refused by name: stages= (uneven stages).
 #pragma once
 
 #include <memory>

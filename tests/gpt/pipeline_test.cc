@@ -22,14 +22,14 @@ struct Grid {
   const char* config;
   int tp = 1, dp = 1, pp = 2;
   int64_t micro_batches = 4;  // per step, per dp rank
+  float clip_norm = 0;        // > 0: clipped to this global norm (summed over the stages)
 };
 
-// `micro_batches` of 2 sequences of 16 tokens per step; no clipping (pipeline stages do not sum
-// the gradient norm yet, so the trainer refuses it under pp).
+// `micro_batches` of 2 sequences of 16 tokens per step, clipped to `clip_norm` (0: not clipped).
 Result<RunOut> run_stage_steps(const DeviceEnv& env, const GptConfig& config, ParallelGroups groups,
-                               int64_t micro_batches) {
+                               int64_t micro_batches, float clip_norm) {
   TrainOptions options = parallel_test_options(micro_batches);
-  options.adamw.clip_norm = 0;
+  options.adamw.clip_norm = clip_norm;
   return run_steps(env, config, std::move(groups), options, kSteps);
 }
 
@@ -44,13 +44,13 @@ int grid_body(int rank, int size, Grid grid) {
   CHILD_OK(groups_or.status());
   const ParallelGroups groups = *groups_or;
   const int tp_rank = groups.tp_rank(), stage = groups.pp_rank();
-  auto parallel = run_stage_steps(*env, *config, groups, grid.micro_batches);
+  auto parallel = run_stage_steps(*env, *config, groups, grid.micro_batches, grid.clip_norm);
   CHILD_OK(parallel.status());
-  auto again = run_stage_steps(*env, *config, groups, grid.micro_batches);
+  auto again = run_stage_steps(*env, *config, groups, grid.micro_batches, grid.clip_norm);
   CHILD_OK(again.status());
   CHILD_CHECK(again->losses == parallel->losses, "rank %d: a repeated run's losses differ", rank);
   CHILD_CHECK(again->master == parallel->master, "rank %d: a repeated run's weights differ", rank);
-  auto reference = run_stage_steps(*env, *config, {}, grid.micro_batches * grid.dp);
+  auto reference = run_stage_steps(*env, *config, {}, grid.micro_batches * grid.dp, grid.clip_norm);
   CHILD_OK(reference.status());
 
   for (int s = 0; s < kSteps; ++s) {
@@ -126,6 +126,14 @@ TEST(GptPipeline, TwoStagesByTensorParallelTwoMatchOneRankDense) {
 }
 TEST(GptPipeline, TwoStagesByDataParallelTwoMatchOneRankDense) {
   expect_pipeline_matches_one_rank({"tiny-llama.json", 1, 2, 2, 3});
+}
+// Clipping to 0.3 (the norm is ~1.3 here: every step is clipped): the stages sum their squares
+// over the pp group, so each stage scales by the global norm as the 1-rank run does.
+TEST(GptPipeline, TwoStagesClipToTheGlobalNormLikeOneRank) {
+  expect_pipeline_matches_one_rank({"tiny-llama.json", 1, 1, 2, 4, 0.3f});
+}
+TEST(GptPipeline, TwoStagesByTensorParallelTwoClipToTheGlobalNormLikeOneRank) {
+  expect_pipeline_matches_one_rank({"tiny-llama.json", 2, 1, 2, 3, 0.3f});
 }
 }  // namespace
 }  // namespace tessera::gpt::testing

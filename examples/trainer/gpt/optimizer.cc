@@ -52,7 +52,19 @@ Result<double> AdamW::sharded_grad_norm(const hal::Stream& s, const Params& para
   TSR_RETURN_IF_ERROR(
       allreduce_on(groups.tp, s, sharded, 1, DType::kF64, ReduceOp::kSum, "gradient norm"));
   TSR_ASSIGN_OR_RETURN(parts, download<double>(s, norm_.data(), 2));
-  return std::sqrt(parts[0] + parts[1]);
+  return over_stages(s, groups, parts[0] + parts[1]);
+}
+
+// Each pipeline stage holds its own tensors: the squares of the stages add up (every rank of a
+// stage holds its stage's whole sum by now, so the pp group of any tp/dp index sums the same).
+Result<double> AdamW::over_stages(const hal::Stream& s, const ParallelGroups& groups,
+                                  double stage_squares) const {
+  if (groups.pp_size() == 1) return std::sqrt(stage_squares);
+  TSR_RETURN_IF_ERROR(upload(s, norm_.data(), std::vector<double>{stage_squares}));
+  TSR_RETURN_IF_ERROR(allreduce_on(groups.pp, s, norm_.data(), 1, DType::kF64, ReduceOp::kSum,
+                                   "gradient norm (pipeline stages)"));
+  TSR_ASSIGN_OR_RETURN(std::vector<double> total, download<double>(s, norm_.data(), 1));
+  return std::sqrt(total[0]);
 }
 
 Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
@@ -90,7 +102,7 @@ Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
     TSR_ASSIGN_OR_RETURN(std::vector<double> total, download<double>(s, norm_.data(), 1));
     sharded = total[0];
   }
-  return std::sqrt(replicated + sharded);
+  return over_stages(s, groups, replicated + sharded);
 }
 
 Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernels& kernels,

@@ -1,6 +1,7 @@
 // AdamW on the flat f32 master weights with global-norm gradient clipping. The norm is computed
 // per tensor on the device (sum_squares), read back and summed on the host in tensor order; the
-// tensor-parallel shards' part is summed over the tp group (replicated tensors count once).
+// tensor-parallel shards' part is summed over the tp group (replicated tensors count once), and
+// under pipeline parallelism the stages' sums over the pp group.
 // Gradients must already be averaged over data parallelism (identical on every dp rank), so
 // every dp rank takes the same step. Under ZeRO (Params::sharded(), zero.h) each dp rank
 // updates only its shard of master, m, v and the working copy, and the norm is summed over dp.
@@ -52,6 +53,9 @@ class AdamW {
  private:
   Result<double> sharded_grad_norm(const hal::Stream& s, const Params& params,
                                    const GptKernels& kernels, const ParallelGroups& groups) const;
+  // sqrt of the squares summed over the pipeline stages (pp > 1), from this stage's sum.
+  Result<double> over_stages(const hal::Stream& s, const ParallelGroups& groups,
+                             double stage_squares) const;
 
   AdamWOptions options_;
   hal::DeviceBuffer sums_;  // f32 [tensors]: per-tensor sums of squares

@@ -73,12 +73,6 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
   auto trainer = std::unique_ptr<GptTrainer>(new GptTrainer(
       std::move(model), std::move(adamw), options, std::move(scalars), std::move(wire)));
   if (trainer->model_->groups().pp_size() > 1) {
-    // AdamW's norm covers this stage's tensors only: clipping would differ between stages.
-    if (options.adamw.clip_norm > 0) {
-      return invalid_argument(
-          "GPT trainer: adamw.clip_norm > 0 with pp > 1 (the gradient norm is not summed over "
-          "pipeline stages yet); set clip_norm 0");
-    }
     // Not yet verified under pp (their 2-stage run does not finish): refused by name.
     if (config.moe() || config.tied) {
       return invalid_argument("GPT trainer: " + config.name + ": pp > 1 with " +
