@@ -28,7 +28,8 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("-n,--nprocs,--nproc-per-node", o->nprocs, "Ranks on this node (default 1)");
   auto nnodes = std::make_shared<std::string>();
   cmd->add_option("--nnodes", *nnodes,
-                  "Nodes in the job, N or MIN:MAX (today the job runs on MAX nodes); default "
+                  "Nodes in the job, N or MIN:MAX (starts on MAX, re-forms on the nodes left after "
+                  "a node loss while at least MIN); default "
                   "SLURM_NNODES, else 1");
   CLI::Option* node_rank =
       cmd->add_option("--node-rank", o->node_rank,

@@ -73,9 +73,19 @@ class StoreBootstrap final : public Bootstrap {
   }
 
   Result<int> next_generation(std::chrono::milliseconds timeout) override;
+  std::vector<int> old_ranks() const override {
+    if (!old_ranks_.empty()) return old_ranks_;
+    return Bootstrap::old_ranks();
+  }
+  bool shrunk() const override { return !old_ranks_.empty(); }
 
  private:
-  LaunchInfo info_;  // only next_generation() changes it (its generation)
+  // Generation `generation` re-formed the world: this rank's place in it, from the launcher's
+  // list of old ranks.
+  Status enter_shrunk_world(int generation, const std::string& what);
+
+  LaunchInfo info_;  // only next_generation() changes it (generation; rank and size on a shrink)
+  std::vector<int> old_ranks_;  // of the current generation; empty: the identity
   // Declared before the store so the client disconnects before the server stops.
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<Store> store_;
@@ -110,7 +120,17 @@ Result<int> StoreBootstrap::next_generation(std::chrono::milliseconds timeout) {
         return internal_error(what + ": the store holds '" + *value + "', not a generation");
       }
       if (generation > current) {
+        auto shrink =
+            store_->get(generation_old_ranks_key(generation), std::chrono::milliseconds(0));
+        if (shrink.ok()) {
+          TSR_RETURN_IF_ERROR(enter_shrunk_world(generation, *shrink));
+          return generation;
+        }
+        if (shrink.status().code() != StatusCode::kDeadlineExceeded) {
+          return shrink.status().with_context(what);
+        }
         info_.generation = generation;
+        old_ranks_.clear();
         auto rank = store_->get(kRestartedRankKey, std::chrono::milliseconds(0));
         TSR_LOG(kInfo, "coll") << "bootstrap: rank " << info_.rank << " moves to generation "
                                << generation << " (restarted rank: "
@@ -128,6 +148,29 @@ Result<int> StoreBootstrap::next_generation(std::chrono::milliseconds timeout) {
     }
     if (value.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+Status StoreBootstrap::enter_shrunk_world(int generation, const std::string& list) {
+  const std::string key = generation_old_ranks_key(generation);
+  auto old = parse_rank_list(list);
+  if (!old.ok())
+    return old.status().with_context("rank " + std::to_string(info_.rank) + ": " + key);
+  const auto mine = std::find(old->begin(), old->end(), info_.rank);
+  if (mine == old->end()) {
+    return failed_precondition("rank " + std::to_string(info_.rank) + " of " +
+                               std::to_string(info_.size) + " is not in generation " +
+                               std::to_string(generation) + "'s world (" + key + " = '" + list +
+                               "')");
+  }
+  const int rank = static_cast<int>(mine - old->begin());
+  TSR_LOG(kInfo, "coll") << "bootstrap: rank " << info_.rank << " of " << info_.size
+                         << " moves to generation " << generation << " as rank " << rank << " of "
+                         << old->size() << " (old ranks " << list << ")";
+  info_.generation = generation;
+  info_.rank = rank;
+  info_.size = static_cast<int>(old->size());
+  old_ranks_ = std::move(*old);
+  return {};
 }
 
 Result<std::shared_ptr<Bootstrap>> tcp_bootstrap(LaunchInfo info, BootstrapOptions options,
@@ -164,6 +207,38 @@ Result<int> Bootstrap::next_generation(std::chrono::milliseconds /*timeout*/) {
                        std::string(launcher_name(info().launcher)) +
                        " bootstrap): next_generation needs a store-based bootstrap (tessera "
                        "launch); this bootstrap cannot re-form after a restart");
+}
+
+std::string generation_old_ranks_key(int generation) {
+  return std::string(kGenerationKey) + "/" + std::to_string(generation) + "/old_ranks";
+}
+
+Result<std::vector<int>> parse_rank_list(std::string_view text) {
+  std::vector<int> ranks;
+  const char* at = text.data();
+  const char* end = text.data() + text.size();
+  while (at < end) {
+    int rank = -1;
+    auto [ptr, ec] = std::from_chars(at, end, rank);
+    if (ec != std::errc() || rank < 0 || (ptr != end && *ptr != ',') ||
+        std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
+      return invalid_argument("rank list '" + std::string(text) +
+                              "': expected distinct non-negative integers separated by commas");
+    }
+    ranks.push_back(rank);
+    at = ptr == end ? end : ptr + 1;
+    if (at == end && ptr != end) {
+      return invalid_argument("rank list '" + std::string(text) + "' ends with a comma");
+    }
+  }
+  if (ranks.empty()) return invalid_argument("rank list is empty");
+  return ranks;
+}
+
+std::vector<int> Bootstrap::old_ranks() const {
+  std::vector<int> identity(static_cast<size_t>(info().size));
+  for (size_t r = 0; r < identity.size(); ++r) identity[r] = static_cast<int>(r);
+  return identity;
 }
 
 uint64_t Bootstrap::next_world_index() {

@@ -97,6 +97,86 @@ TEST(NextGeneration, SwitchesToThePublishedGenerationAndMeetsTheRestartedRank) {
   EXPECT_EQ(*theirs, *mine);
 }
 
+// What node 0's launcher publishes when node 1 (ranks 2 and 3 of 4) is lost: the old ranks of
+// the new generation's world first, then the generation.
+void publish_shrink(int port, int generation, const std::string& old_ranks) {
+  auto store = connect_tcp_store("127.0.0.1", port, 5000ms);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->set(generation_old_ranks_key(generation), old_ranks).ok());
+  ASSERT_TRUE((*store)->set(kGenerationKey, std::to_string(generation)).ok());
+}
+
+TEST(NextGeneration, TakesTheSurvivorsNewRankAndSizeWhenTheWorldShrinks) {
+  auto server = start_tcp_store_server("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const int port = (*server)->port();
+  // Ranks 0 and 2 of 4 survive (nodes of one rank each): they become ranks 0 and 1 of 2.
+  auto first = tcp_rank(0, 4, port, 0);
+  auto second = tcp_rank(2, 4, port, 0);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(first->old_ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_FALSE(first->shrunk());
+  ASSERT_TRUE(first->store().set(kGenerationKey, "0").ok());
+  publish_shrink(port, 1, "0,2");
+  for (auto* boot : {&first, &second}) {
+    auto next = (*boot)->next_generation(5000ms);
+    ASSERT_TRUE(next.ok()) << next.status().to_string();
+    EXPECT_EQ(*next, 1);
+    EXPECT_EQ((*boot)->info().size, 2);
+    EXPECT_EQ((*boot)->info().local_size, 4);  // the node's layout is not the world's
+    EXPECT_EQ((*boot)->old_ranks(), (std::vector<int>{0, 2}));
+    EXPECT_TRUE((*boot)->shrunk());
+  }
+  EXPECT_EQ(first->info().rank, 0);
+  EXPECT_EQ(second->info().rank, 1);
+  EXPECT_EQ(second->info().local_rank, 2);
+  // Both exchange in the smaller world.
+  Result<std::vector<std::string>> theirs = internal_error("not run");
+  std::thread other([&] { theirs = second->allgather("after-shrink", "b"); });
+  auto mine = first->allgather("after-shrink", "a");
+  other.join();
+  ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+  ASSERT_TRUE(theirs.ok()) << theirs.status().to_string();
+  EXPECT_EQ(*mine, (std::vector<std::string>{"a", "b"}));
+  // A later restart without a node loss keeps the world: the identity again.
+  ASSERT_TRUE(first->store().set(kGenerationKey, "2").ok());
+  auto restarted = first->next_generation(5000ms);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+  EXPECT_EQ(first->info().rank, 0);
+  EXPECT_EQ(first->info().size, 2);
+  EXPECT_EQ(first->old_ranks(), (std::vector<int>{0, 1}));
+  EXPECT_FALSE(first->shrunk());
+}
+
+TEST(NextGeneration, RefusesAWorldThatLeavesThisRankOut) {
+  auto server = start_tcp_store_server("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  auto boot = tcp_rank(3, 4, (*server)->port(), 0);
+  ASSERT_NE(boot, nullptr);
+  publish_shrink((*server)->port(), 1, "0,1");
+  auto next = boot->next_generation(5000ms);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), StatusCode::kFailedPrecondition) << next.status().to_string();
+  EXPECT_NE(next.status().message().find("rank 3 of 4 is not in generation 1's world"),
+            std::string::npos)
+      << next.status().to_string();
+  EXPECT_EQ(boot->info().generation, 0);
+  EXPECT_EQ(boot->info().rank, 3);
+}
+
+TEST(NextGeneration, RankListsAreDistinctNonNegativeIntegers) {
+  auto ok = parse_rank_list("0,1,5");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok, (std::vector<int>{0, 1, 5}));
+  for (const char* bad : {"", "0,", ",1", "0,,1", "0,x", "-1", "1,1", "2 3"}) {
+    auto parsed = parse_rank_list(bad);
+    EXPECT_FALSE(parsed.ok()) << "'" << bad << "'";
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
+  }
+  EXPECT_EQ(generation_old_ranks_key(7), "tessera/generation/7/old_ranks");
+}
+
 TEST(NextGeneration, IsUnimplementedForASingleRankWithoutALauncher) {
   tessera::testing::LaunchEnvGuard env;
   auto boot = Bootstrap::from_environment(BootstrapOptions{1000ms});

@@ -48,7 +48,7 @@ Result<std::vector<std::string>> rank_environment(const LaunchOptions& options,
   set_var(env, "WORLD_SIZE", world);
   set_var(env, "LOCAL_RANK", std::to_string(local_rank));
   set_var(env, "LOCAL_WORLD_SIZE", n);
-  set_var(env, "GROUP_RANK", std::to_string(placement.node_rank));
+  set_var(env, "GROUP_RANK", std::to_string(placement.group_rank()));
   set_var(env, "GROUP_WORLD_SIZE", std::to_string(placement.nnodes));
   set_var(env, "ROLE_RANK", global);
   set_var(env, "ROLE_WORLD_SIZE", world);

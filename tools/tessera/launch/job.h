@@ -6,7 +6,8 @@
 //   restart_policy.cc     a rank's exit: restart it after its backoff, or fail the job
 //   abort_propagation.cc  stopping every rank: the abort notice first, then the signals
 //   signal_forwarding.cc  SIGINT/TERM/HUP/QUIT reach the launcher through a pipe and the ranks
-//   node_membership.cc    the job's store, joining the other nodes and their watch's events
+//   node_membership.cc    the job's store, joining the other nodes and their watch's events,
+//                         re-forming the job on fewer nodes after a node loss (--nnodes MIN:MAX)
 // Not thread-safe (see supervisor.h); one Job per launcher process.
 #pragma once
 
@@ -62,6 +63,8 @@ class Job {
   bool all_done();
   bool nodes_done();
   void handle_node_events();
+  bool reform_without(const std::vector<int>& lost, const std::string& why);
+  void refresh_members();
   bool enforce_deadlines(Clock::time_point now, Clock::time_point job_deadline);
   void wait_for_events(Clock::time_point now, Clock::time_point job_deadline);
   void handle_signals();
@@ -89,6 +92,7 @@ class Job {
   Clock::time_point next_restart() const;
   int global(int local_rank) const { return placement_.global_rank(o_.nprocs, local_rank); }
   bool multi_node() const { return o_.nnodes_max > 1; }
+  bool elastic_nodes() const { return o_.nnodes_min < o_.nnodes_max; }
 
   const LaunchOptions& o_;
   std::vector<RankProc> ranks_;
@@ -97,6 +101,8 @@ class Job {
   std::unique_ptr<coll::Store> self_store_;  // a client of the job's store, to publish restarts
   NodePlacement placement_;
   std::unique_ptr<NodeWatch> watch_;   // several nodes: the other nodes' failures, node 0's wait
+  std::vector<int> members_;           // several nodes: the job's node ranks now, ascending
+  int members_generation_ = -1;        // not node 0: the re-forming members_ comes from; -1: none
   std::optional<AbortNotice> notice_;  // tells the ranks why the job fails (TESSERA_ABORT_NOTICE)
   Clock::time_point term_at_ = Clock::time_point::max();  // a stop's signal, after the notice
   std::string failure_;       // why this node stops the job, for the other nodes

@@ -3,12 +3,21 @@
 // others, keeps a NodeWatch on the store (rendezvous.h), turns its events into stops (another
 // node failed, the store is gone, a node fell silent) and, when its own ranks are done, says so;
 // node 0 then waits for every node, since their ranks may still use its store.
+//
+// With --nnodes MIN:MAX a silent node does not fail the job while at least MIN nodes are left:
+// node 0 re-forms it on the others (docs/LAUNCH.md, "Re-forming on fewer nodes"). It publishes,
+// in this order, the new members (rendezvous.h), the new generation's old ranks
+// (coll::generation_old_ranks_key) and the generation itself, so a survivor that sees the
+// generation in Bootstrap::next_generation also finds its new place; the other surviving
+// launchers read the members before they restart a rank, and when their watch reports them.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "job.h"
 
@@ -71,6 +80,7 @@ std::optional<int> Job::host_or_join_store() {
     return 1;
   }
   watch_ = std::move(*watch);
+  for (int node = 0; node < o_.nnodes_max; ++node) members_.push_back(node);
   say("node rank " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes_max) +
       " joined the job at " + where + " (ranks " + std::to_string(global(0)) + ".." +
       std::to_string(global(o_.nprocs - 1)) + " of " + std::to_string(o_.nnodes_max * o_.nprocs) +
@@ -97,6 +107,8 @@ bool Job::nodes_done() {
 // What the node watch saw: another node's failure or the store's loss stops this node's ranks;
 // on node 0, the end of the wait for the others.
 void Job::handle_node_events() {
+  std::vector<int> silent;  // nodes that fell silent together re-form the job once
+  std::string silence;
   while (std::optional<NodeWatch::Event> e = watch_->take()) {
     switch (e->kind) {
       case NodeWatch::Kind::kAbort:
@@ -112,11 +124,10 @@ void Job::handle_node_events() {
         break;
       case NodeWatch::Kind::kNodeSilent:
         if (stopping_) break;
-        failure_ = e->message;
-        say(e->message + "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
-        if (exit_code_ == 0) exit_code_ = 1;
-        stop(SIGTERM, failure_notice());
+        silent.push_back(e->node);
+        silence += (silence.empty() ? "" : "; ") + e->message;
         break;
+      case NodeWatch::Kind::kReformed: refresh_members(); break;
       case NodeWatch::Kind::kNodeLost:
         say(e->message);
         if (exit_code_ == 0) exit_code_ = 1;
@@ -125,6 +136,88 @@ void Job::handle_node_events() {
       case NodeWatch::Kind::kNodesDone: nodes_done_ = true; break;
     }
   }
+  if (silent.empty() || stopping_ || reform_without(silent, silence)) return;
+  const int left = static_cast<int>(members_.size() - silent.size());
+  failure_ = silence + "; " + std::to_string(left) + " of " + std::to_string(o_.nnodes_max) +
+             " nodes left, fewer than --nnodes minimum " + std::to_string(o_.nnodes_min);
+  say(failure_ + "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
+  if (exit_code_ == 0) exit_code_ = 1;
+  stop(SIGTERM, failure_notice());
+}
+
+// Node 0, --nnodes MIN:MAX: the job goes on without the `lost` nodes while at least MIN are left.
+// The new world is the survivors' ranks in their old order; the ranks running now learn it in
+// Bootstrap::next_generation, a rank restarted later from its environment. False (nothing
+// changed) when the job cannot shrink or the store refuses the new generation.
+bool Job::reform_without(const std::vector<int>& lost, const std::string& why) {
+  if (!elastic_nodes() || placement_.node_rank != 0 || !self_store_) return false;
+  std::vector<int> left;
+  std::string old_ranks;
+  for (size_t index = 0; index < members_.size(); ++index) {
+    const int node = members_[index];
+    if (std::find(lost.begin(), lost.end(), node) != lost.end()) continue;
+    left.push_back(node);
+    for (int l = 0; l < o_.nprocs; ++l) {
+      old_ranks += (old_ranks.empty() ? "" : ",") + std::to_string(index * o_.nprocs + l);
+    }
+  }
+  if (static_cast<int>(left.size()) < o_.nnodes_min) return false;
+  const int generation = next_generation();
+  Status published = publish_members(*self_store_, {generation, left});
+  if (published.ok()) {
+    published = self_store_->set(coll::generation_old_ranks_key(generation), old_ranks);
+  }
+  if (published.ok()) {
+    published = self_store_->set(coll::kGenerationKey, std::to_string(generation));
+  }
+  if (!published.ok()) {
+    say("cannot re-form the job on the nodes left: " + published.message());
+    return false;
+  }
+  generation_ = generation;
+  members_ = std::move(left);
+  placement_.node_index = 0;  // node 0 stays first
+  placement_.nnodes = static_cast<int>(members_.size());
+  const int world = placement_.nnodes * o_.nprocs;
+  say(why + "; the job re-forms on " + std::to_string(placement_.nnodes) + " of " +
+      std::to_string(o_.nnodes_max) + " nodes (--nnodes " + std::to_string(o_.nnodes_min) + ":" +
+      std::to_string(o_.nnodes_max) + "): ranks 0.." + std::to_string(world - 1) + " were ranks " +
+      old_ranks + ", TESSERA_GENERATION=" + std::to_string(generation));
+  return true;
+}
+
+// Not node 0: takes the job's nodes node 0 published after a node loss, so that the ranks this
+// launcher restarts from now on get their new RANK and WORLD_SIZE. A node left out (node 0 found
+// it silent) stops its ranks without failing the re-formed job.
+void Job::refresh_members() {
+  if (!multi_node() || !elastic_nodes() || placement_.node_rank == 0 || !self_store_) return;
+  auto members = read_members(*self_store_);
+  if (!members.ok()) {
+    say(members.status().message());
+    return;
+  }
+  if (!*members || (*members)->generation == members_generation_) return;
+  const std::vector<int>& nodes = (*members)->nodes;
+  members_generation_ = (*members)->generation;
+  const auto mine = std::find(nodes.begin(), nodes.end(), placement_.node_rank);
+  if (mine == nodes.end()) {
+    if (stopping_) return;
+    failure_ = "node rank " + std::to_string(placement_.node_rank) +
+               " was left out when node rank 0 re-formed the job (generation " +
+               std::to_string(members_generation_) + ")";
+    say(failure_ + "; stopping " + std::to_string(running_count()) + " rank(s) on this node");
+    remote_stop_ = true;  // the job goes on without this node: nothing to publish
+    if (exit_code_ == 0) exit_code_ = 1;
+    stop(SIGTERM, failure_);
+    return;
+  }
+  members_ = nodes;
+  placement_.node_index = static_cast<int>(mine - nodes.begin());
+  placement_.nnodes = static_cast<int>(nodes.size());
+  say("node rank 0 re-formed the job on " + std::to_string(placement_.nnodes) +
+      " nodes (generation " + std::to_string(members_generation_) + "): this node's ranks are " +
+      std::to_string(global(0)) + ".." + std::to_string(global(o_.nprocs - 1)) + " of " +
+      std::to_string(placement_.nnodes * o_.nprocs));
 }
 
 }  // namespace tessera::tools::launch

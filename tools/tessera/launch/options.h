@@ -14,8 +14,9 @@ namespace tessera::tools::launch {
 
 struct LaunchOptions {
   int nprocs = 1;  // ranks on this node (--nproc-per-node, -n)
-  // Multi-node (torchrun's conventions, docs/LAUNCH.md): --nnodes N or MIN:MAX (today the job
-  // runs on MAX nodes; MIN only has to be 1..MAX), this launcher's --node-rank, and the store's
+  // Multi-node (torchrun's conventions, docs/LAUNCH.md): --nnodes N or MIN:MAX (the job starts
+  // on MAX nodes and, losing one, re-forms on the survivors while they are at least MIN), this
+  // launcher's --node-rank, and the store's
   // --rdzv-endpoint HOST:PORT, hosted by node rank 0. node_rank and the node counts come from
   // SLURM_NODEID / SLURM_NNODES when not given (resolve_nodes). No endpoint: one node, a store on
   // 127.0.0.1 at a free port.
@@ -45,17 +46,20 @@ struct LaunchOptions {
 // Where this launcher sits in the job and where its ranks find the store.
 struct NodePlacement {
   int node_rank = 0;
-  int nnodes = 1;
+  int nnodes = 1;       // the job's nodes now (fewer than --nnodes MAX after a node loss)
+  int node_index = -1;  // this node's place among them after a node loss; -1: node_rank
   std::string store_host = "127.0.0.1";  // MASTER_ADDR
   int store_port = 0;                    // MASTER_PORT
   std::string token;                     // TESSERA_STORE_TOKEN; empty: none
   std::string abort_notice;              // TESSERA_ABORT_NOTICE (abort_notice.h); empty: none
-  int global_rank(int nprocs, int local_rank) const { return node_rank * nprocs + local_rank; }
+  int group_rank() const { return node_index >= 0 ? node_index : node_rank; }
+  int global_rank(int nprocs, int local_rank) const { return group_rank() * nprocs + local_rank; }
 };
 
 // The environment of local rank `local_rank`: `base` ("NAME=value" entries, the launcher's own)
-// with torchrun's RANK (node_rank * nprocs + local_rank), WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
+// with torchrun's RANK (group_rank() * nprocs + local_rank), WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, GROUP_RANK (group_rank(): the node rank until a node loss re-forms the job),
+// GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
 // ROLE_NAME, MASTER_ADDR, MASTER_PORT, and TESSERA_LAUNCHER, TESSERA_STORE_HOSTED,
 // TESSERA_STORE_TOKEN (removed when the placement has none), TESSERA_ABORT_NOTICE (likewise),
 // TESSERA_GENERATION and, with

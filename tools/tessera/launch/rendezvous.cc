@@ -30,6 +30,7 @@ std::string node_key(int node, const char* what) {
 }
 constexpr const char* kAbortsKey = "tessera/launch/aborts";
 constexpr const char* kAbortKey = "tessera/launch/abort";
+constexpr const char* kMembersKey = "tessera/launch/members";
 
 std::chrono::milliseconds left_until(SteadyTime deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -156,6 +157,32 @@ void publish_done(coll::Store& store, int node_rank, int exit_code) {
   (void)store.set(node_key(node_rank, "done"), std::to_string(exit_code)).ok();
 }
 
+Status publish_members(coll::Store& store, const Members& members) {
+  std::string text = std::to_string(members.generation) + " ";
+  for (size_t i = 0; i < members.nodes.size(); ++i) {
+    text += (i == 0 ? "" : ",") + std::to_string(members.nodes[i]);
+  }
+  return store.set(kMembersKey, text).with_context("publishing the job's nodes " + text);
+}
+
+Result<std::optional<Members>> read_members(coll::Store& store) {
+  auto text = store.get(kMembersKey, 0ms);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kDeadlineExceeded) return std::optional<Members>();
+    return text.status().with_context("reading the job's nodes");
+  }
+  Members members;
+  const size_t space = text->find(' ');
+  auto nodes = coll::parse_rank_list(space == std::string::npos ? "" : text->substr(space + 1));
+  if (space == std::string::npos || std::sscanf(text->c_str(), "%d", &members.generation) != 1 ||
+      !nodes.ok()) {
+    return internal_error(std::string(kMembersKey) + " holds '" + *text +
+                          "', not '<generation> <node>,<node>,...'");
+  }
+  members.nodes = std::move(*nodes);
+  return std::optional<Members>(std::move(members));
+}
+
 Result<std::unique_ptr<NodeWatch>> NodeWatch::start(std::unique_ptr<coll::Store> store,
                                                     const LaunchOptions& options) {
   int fds[2];
@@ -163,19 +190,22 @@ Result<std::unique_ptr<NodeWatch>> NodeWatch::start(std::unique_ptr<coll::Store>
     return internal_error(std::string("node watch pipe: ") + std::strerror(errno));
   }
   return std::unique_ptr<NodeWatch>(
-      new NodeWatch(std::move(store), options.node_rank, options.nnodes_max, fds[0], fds[1]));
+      new NodeWatch(std::move(store), options.node_rank, options.nnodes_max,
+                    options.nnodes_min < options.nnodes_max, fds[0], fds[1]));
 }
 
-NodeWatch::NodeWatch(std::unique_ptr<coll::Store> store, int node_rank, int nnodes, int pipe_read,
-                     int pipe_write)
+NodeWatch::NodeWatch(std::unique_ptr<coll::Store> store, int node_rank, int nnodes, bool elastic,
+                     int pipe_read, int pipe_write)
     : store_(std::move(store)),
       node_rank_(node_rank),
       nnodes_(nnodes),
+      elastic_(elastic),
       pipe_read_(pipe_read),
       pipe_write_(pipe_write),
       last_beat_(static_cast<size_t>(nnodes)),
       beat_changed_(static_cast<size_t>(nnodes)),
-      done_(static_cast<size_t>(nnodes), false) {
+      done_(static_cast<size_t>(nnodes), false),
+      lost_(static_cast<size_t>(nnodes), false) {
   // Silence is counted from the start: a node that never beats is lost too.
   std::fill(beat_changed_.begin(), beat_changed_.end(), std::chrono::steady_clock::now());
   thread_ = std::thread([this] { run(); });
@@ -210,9 +240,15 @@ void NodeWatch::await_nodes() {
 }
 
 void NodeWatch::post(Event event) {
+  std::vector<Event> one;
+  one.push_back(std::move(event));
+  post_all(std::move(one));
+}
+
+void NodeWatch::post_all(std::vector<Event> events) {
   {
     std::lock_guard lock(mutex_);
-    events_.push_back(std::move(event));
+    for (Event& e : events) events_.push_back(std::move(e));
   }
   const char byte = 1;
   [[maybe_unused]] ssize_t n = ::write(pipe_write_, &byte, 1);
@@ -245,13 +281,24 @@ void NodeWatch::run() {
     if (awaiting_ && check_nodes(std::chrono::steady_clock::now())) return;
     // While the job runs, node 0 also tells a node gone silent (its host down, its link cut):
     // the ranks waiting on it learn it from the notice instead of at their collective timeout.
+    // A job that may shrink goes on watching: the launcher re-forms it without that node.
     if (!awaiting_ && node_rank_ == 0 && !abort_seen) {
+      // Every node silent by now is posted at once (one take() loop sees them all), so that they
+      // cost one re-forming.
       bool all_done = false;
-      if (int node = silent_node(std::chrono::steady_clock::now(), &all_done); node >= 0) {
-        post({Kind::kNodeSilent, 1, silence_message(node)});
-        abort_seen = true;
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<Event> silent;
+      for (int node; !abort_seen && (node = silent_node(now, &all_done)) >= 0;) {
+        silent.push_back({Kind::kNodeSilent, 1, silence_message(node), node});
+        if (elastic_) {
+          lost_[static_cast<size_t>(node)] = true;
+        } else {
+          abort_seen = true;
+        }
       }
+      if (!silent.empty()) post_all(std::move(silent));
     }
+    if (elastic_ && node_rank_ != 0 && !abort_seen) check_members();
   }
 }
 
@@ -263,11 +310,18 @@ std::string NodeWatch::silence_message(int node) {
          " s";
 }
 
+void NodeWatch::check_members() {
+  auto text = store_->get(kMembersKey, 0ms);
+  if (!text.ok() || *text == members_seen_) return;
+  members_seen_ = *text;
+  post({Kind::kReformed, 0, *text});
+}
+
 int NodeWatch::silent_node(SteadyTime now, bool* all_done) {
   *all_done = true;
   for (int node = 0; node < nnodes_; ++node) {
     const auto i = static_cast<size_t>(node);
-    if (done_[i] || node == node_rank_) continue;
+    if (done_[i] || lost_[i] || node == node_rank_) continue;
     if (store_->get(node_key(node, "done"), 0ms).ok()) {
       done_[i] = true;
       continue;

@@ -87,7 +87,9 @@ void Job::restart(int rank) {
   // Survivors keep running: they see the death as a collective error, abort, and wait in
   // Bootstrap::next_generation for tessera/generation to move. Published before the spawn so
   // the restarted rank never reaches the new generation's exchanges before they know of it.
-  publish(coll::kRestartedRankKey, rank);
+  refresh_members();  // a re-forming node 0 did since gives the rank another RANK and WORLD_SIZE
+  if (stopping_) return;
+  publish(coll::kRestartedRankKey, global(rank));
   publish(coll::kRestartsKey, restarts_used_);
   publish(coll::kGenerationKey, generation_);
   Status spawned = spawn(rank);

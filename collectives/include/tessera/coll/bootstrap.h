@@ -104,6 +104,14 @@ inline constexpr const char* kStoreTokenEnv = "TESSERA_STORE_TOKEN";
 inline constexpr std::string_view kGenerationKey = "tessera/generation";  // current generation
 inline constexpr std::string_view kRestartedRankKey = "tessera/restarted_rank";  // latest restart
 inline constexpr std::string_view kRestartsKey = "tessera/restarts";  // restarts used in the job
+// After a node loss with --nnodes MIN:MAX (docs/LAUNCH.md, "Re-forming on fewer nodes") the
+// launcher sets "tessera/generation/<G>/old_ranks" before it moves kGenerationKey to G: the
+// comma-separated rank that each rank of generation G had in the generation before it ("0,1" when
+// the world {0,1,2,3} lost ranks 2 and 3). Absent for a generation of the same world (a restart).
+std::string generation_old_ranks_key(int generation);
+// "0,1,3" -> {0, 1, 3}; INVALID_ARGUMENT quoting the text when an entry is not a non-negative
+// integer or appears twice.
+Result<std::vector<int>> parse_rank_list(std::string_view text);
 
 struct BootstrapOptions {
   std::chrono::milliseconds timeout{60000};  // connecting and every exchange
@@ -134,13 +142,26 @@ class Bootstrap {
 
   // Elastic recovery (docs/COLLECTIVES.md, "Elastic recovery"): waits until the store's
   // kGenerationKey holds a generation greater than info().generation (the launcher restarted a
-  // failed rank), switches this bootstrap to it (every later exchange uses keys of that
-  // generation) and returns it. DEADLINE_EXCEEDED, naming the generation waited for, when no
-  // restart happens within `timeout`; UNIMPLEMENTED for PMIx and single-rank (no launcher)
-  // bootstraps. Survivors call it after aborting their communicators, then create new ones; a
-  // restarted rank does not call it (it starts in the new generation). Not thread-safe: no other
-  // call on this bootstrap (nor a communicator creation) may run concurrently.
+  // failed rank, or re-formed the job on fewer nodes), switches this bootstrap to it (every later
+  // exchange uses keys of that generation) and returns it. When the new generation has a
+  // generation_old_ranks_key (a node was lost), info().rank and info().size become this rank's
+  // place in the smaller world (local_rank and local_size stay) and old_ranks() returns the list.
+  // DEADLINE_EXCEEDED, naming the generation waited for, when no restart happens within
+  // `timeout`; FAILED_PRECONDITION when the new world leaves this rank out (nothing changes);
+  // UNIMPLEMENTED for PMIx and single-rank (no launcher) bootstraps. Survivors call it after
+  // aborting their communicators, then create new ones; a restarted rank does not call it (it
+  // starts in the new generation). Not thread-safe: no other call on this bootstrap (nor a
+  // communicator creation) may run concurrently.
   virtual Result<int> next_generation(std::chrono::milliseconds timeout);
+
+  // The rank each rank of the current generation had before the last next_generation():
+  // old_ranks()[r] for new rank r (what Checkpointer::rebind_shrunk takes as old_rank_of). The
+  // identity 0..size-1 when the world did not change (no next_generation yet, or a restart
+  // without a node loss). Not thread-safe against next_generation().
+  virtual std::vector<int> old_ranks() const;
+  // True when the last next_generation() re-formed the world on fewer ranks (old_ranks() may
+  // still read 0..size-1: the last node was the one lost).
+  virtual bool shrunk() const { return false; }
 
   // Internal (Communicator::create): the index of the next world communicator of the current
   // generation. It restarts at 0 in every generation, so the survivors' first communicator of a
