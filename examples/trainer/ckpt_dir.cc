@@ -6,9 +6,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -147,6 +150,21 @@ DirLock::~DirLock() {
 
 std::string run_identity(const TrainOptions& t) {
   nlohmann::json j;
+  if (!t.gpt_config.empty()) {
+    // The decoder: what its config says (by content: the demo writes it anew each run), the
+    // sequence length and the precision (the data and the bits depend on them), the seed.
+    std::ifstream f(t.gpt_config, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    j["gpt_config_fnv1a"] = hex;
+    j["seq"] = t.seq;
+    j["f32"] = t.gpt_f32;
+    j["seed"] = t.seed;
+    return j.dump();
+  }
   j["hidden"] = t.model.hidden;
   j["ffn"] = t.model.ffn_size();
   j["blocks"] = t.model.blocks;

@@ -23,6 +23,8 @@ class GptSessionTrainer final : public SessionTrainer {
   GptSessionTrainer(TrainOptions options, gpt::GptConfig config)
       : options_(std::move(options)), config_(std::move(config)) {}
   ~GptSessionTrainer() override {
+    // Work queued before a failed collective may still read the trainer's buffers.
+    if (stream_) stream_->synchronize().ignore();
     trainer_.reset();  // before the communicators and the device it uses
     groups_ = {};
     world_.reset();
@@ -43,6 +45,7 @@ class GptSessionTrainer final : public SessionTrainer {
   // Collective: the world communicator, the plan's groups and a trainer from the seed.
   Status build(std::shared_ptr<coll::Bootstrap> bootstrap) {
     bootstrap_ = std::move(bootstrap);
+    if (trainer_) stream_->synchronize().ignore();  // queued work may still read its buffers
     trainer_.reset();
     groups_ = {};
     TSR_ASSIGN_OR_RETURN(world_, coll::Communicator::create(bootstrap_, *device_));
@@ -103,6 +106,7 @@ class GptSessionTrainer final : public SessionTrainer {
     const TrainPlan& p = options_.plan;
     gpt::TrainOptions o;
     o.seq = options_.seq;
+    o.act = options_.gpt_f32 ? hal::DType::kF32 : hal::DType::kBF16;
     o.micro_batch = p.mbs > 0 ? p.mbs : options_.global_batch / p.dp;
     o.micro_batches = options_.global_batch / (p.dp * o.micro_batch);
     o.seed = options_.seed;

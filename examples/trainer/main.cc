@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
                  "fault injection: every save of this step or a later one fails (a full disk)");
   app.add_option("--kill-rank", o.kill_rank, "fault injection: this rank SIGKILLs itself");
   app.add_option("--kill-step", o.kill_step, "... before this step, in generation 0 only");
+  app.add_flag("--kill-launcher", o.kill_launcher,
+               "with --kill-rank: SIGKILL that rank's launcher first (a whole node lost; "
+               "--nnodes MIN:MAX re-forms the job on the survivors)");
   app.add_option("--switch-step", o.switch_step, "re-plan before this step");
   app.add_option("--switch-plan", o.switch_plan_text, "the plan after --switch-step");
   app.add_option("--switch-batch", o.switch_batch, "the global batch after --switch-step");
@@ -71,11 +74,29 @@ int main(int argc, char** argv) {
                  "train the GPT/MoE decoder of this Hugging Face config.json instead of the MLP "
                  "(--global-batch counts sequences of --seq tokens; examples/trainer/gpt)");
   app.add_option("--seq", o.train.seq, "tokens per sequence (with --gpt-config)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--f32", o.train.gpt_f32,
+               "with --gpt-config: f32 activations and working weights instead of bf16 (tight "
+               "comparisons between plans)");
   bool print_model = false;
   app.add_flag("--print-model", print_model,
                "print the model as an IR layer list (for `tessera plan --model`) and exit");
   CLI11_PARSE(app, argc, argv);
+  if (!o.train.gpt_config.empty()) {
+    // The MLP's flags would be silently ignored by the decoder.
+    for (const char* flag :
+         {"--model-size", "--hidden", "--blocks", "--classes", "--print-model"}) {
+      if (app.count(flag) > 0) {
+        std::fprintf(stderr, "tessera-train: %s sizes or prints the MLP: not with --gpt-config\n",
+                     flag);
+        return 2;
+      }
+    }
+  } else if (app.count("--seq") > 0 || o.train.gpt_f32) {
+    std::fprintf(stderr, "tessera-train: --seq and --f32 are for --gpt-config\n");
+    return 2;
+  }
 
   auto spec = model_spec_preset(size);
   if (!spec.ok()) {

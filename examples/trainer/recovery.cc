@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "replan.h"
 #include "tessera/checkpoint/comm_rank_group.h"
 #include "tessera/checkpoint/manifest.h"
 #include "tessera/common/log.h"
@@ -19,6 +20,20 @@ double wall_s() {
 }
 
 constexpr std::chrono::seconds kRestartWait{60};
+
+// A step's error that a peer's death (or the job's re-forming) explains: the communicators'
+// codes. The trainer's own refusals (a bad state, a programming error) end the run instead of
+// waiting for a restart that never comes.
+bool peer_failure(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kInternal:
+    case StatusCode::kUnimplemented:
+    case StatusCode::kNotFound: return false;
+    default: return true;
+  }
+}
 
 }  // namespace
 
@@ -277,7 +292,7 @@ Result<SessionStep> Session::step() {
       out.report = *r;
       break;
     }
-    if (!ckpt_) return r.status();
+    if (!ckpt_ || !peer_failure(r.status())) return r.status();
     recovery_.failed_step = std::max(recovery_.failed_step, step);
     TSR_RETURN_IF_ERROR(recover(r.status()));
   }
@@ -329,6 +344,10 @@ Status Session::recover(const Status& failure) {
     return generation.status().with_context(rank_text() + ": after '" + failure.message() +
                                             "': waiting for the restarted rank");
   }
+  // The trainer may free the registered buffers while it rebuilds: nothing may read them until
+  // they are registered again (make_checkpointer).
+  ckpt_->registry().clear();
+  if (bootstrap_->shrunk()) return reform_on_fewer_ranks(failure, detected, detected_wall);
   TSR_RETURN_IF_ERROR(trainer_->rebuild_communication(bootstrap_));
   TSR_RETURN_IF_ERROR(make_checkpointer());  // a new communicator, rebound
   const double reformed = now_s();
@@ -345,6 +364,67 @@ Status Session::recover(const Status& failure) {
   if (kill.ok()) recovery_.detect_s = detected_wall - double(std::stoll(*kill)) * 1e-6;
   next_step_ = r.step;
   last_snapshot_step_ = r.step;  // the same on every rank: later snapshots stay collective
+  return Status();
+}
+
+// A node was lost and the launcher re-formed the job on the survivors (Bootstrap::shrunk): a plan
+// for the smaller world (replan.h), a trainer for it, the checkpointer moved onto the survivors
+// (rebind_shrunk), and the newest snapshot resharded in memory from the survivors' snapshots and
+// the replicas they hold of the lost ranks; storage when a lost rank's state is in no survivor's
+// memory (DATA_LOSS). Every survivor takes the same path (the checkpointer's errors are
+// collective).
+Status Session::reform_on_fewer_ranks(const Status& failure, double detected,
+                                      double detected_wall) {
+  const int world = bootstrap_->info().size;
+  const std::string where =
+      rank_text() + ": re-forming on " + std::to_string(world) + " ranks after a node loss";
+  TSR_ASSIGN_OR_RETURN(Replan replan, replan_for_world(o_.train, world));
+  const TrainPlan before = trainer_->plan();
+  trainer_.reset();  // its communicators are aborted; the state lives in the checkpointer
+  TrainOptions t = o_.train;
+  t.plan = replan.plan;
+  auto fresh = create_session_trainer(t, bootstrap_);
+  if (!fresh.ok()) return fresh.status().with_context(where);
+  trainer_ = std::move(fresh).value();
+  TSR_ASSIGN_OR_RETURN(ckpt_comm_, coll::Communicator::create(bootstrap_, trainer_->device()));
+  TSR_RETURN_IF_ERROR(ckpt_
+                          ->rebind_shrunk(std::make_shared<ckpt::CommRankGroup>(ckpt_comm_),
+                                          bootstrap_->old_ranks())
+                          .with_context(where));
+  TSR_RETURN_IF_ERROR(register_state().with_context(where));
+  const double reformed = now_s();
+  int64_t step = -1;
+  bool from_memory = true;
+  auto moved = ckpt_->reshard_from_memory();
+  if (moved.ok()) {
+    step = moved->step;
+  } else if (moved.status().code() == StatusCode::kDataLoss) {
+    TSR_LOG(kWarn, "trainer") << rank_text() << ": " << moved.status().message()
+                              << "; loading the latest checkpoint from storage";
+    auto loaded = ckpt_->load();
+    if (!loaded.ok()) return loaded.status().with_context(where);
+    step = loaded->step;
+    from_memory = false;
+  } else {
+    return moved.status().with_context(where);
+  }
+  TSR_RETURN_IF_ERROR(trainer_->state_loaded(step).with_context(where));
+  TSR_RETURN_IF_ERROR(ckpt_->set_layout(plan_text(replan.plan)).with_context(where));
+  o_.train.plan = replan.plan;
+  recovery_.pending = true;
+  recovery_.restored_step = step;
+  recovery_.from_peer = from_memory;
+  recovery_.reform_s = reformed - detected;
+  recovery_.transfer_s = now_s() - reformed;
+  recovery_.restore_end = now_s();
+  recovery_.cause = failure.message() + "; node lost: re-formed on " + std::to_string(world) +
+                    " ranks, " + plan_text(before) + " -> " + plan_text(replan.plan) + " (" +
+                    replan.why + ")";
+  recovery_.detect_s = 0;
+  auto kill = bootstrap_->store().get(kKillTimeKey, std::chrono::milliseconds(100));
+  if (kill.ok()) recovery_.detect_s = detected_wall - double(std::stoll(*kill)) * 1e-6;
+  next_step_ = step;
+  last_snapshot_step_ = step;
   return Status();
 }
 
@@ -384,6 +464,9 @@ Status Session::switch_plan(SessionStep* out) {
   TSR_RETURN_IF_ERROR(register_state().with_context(where));
   auto moved = ckpt_->reshard_from_memory();
   if (!moved.ok()) return moved.status().with_context(where);
+  if (moved->step != next_step_) {  // the snapshot of this step was completed just above
+    return internal_error(where + ": the state moved is of step " + std::to_string(moved->step));
+  }
   TSR_RETURN_IF_ERROR(trainer_->state_loaded(moved->step).with_context(where));
   // The next manifests record the plan the state is now laid out in.
   TSR_RETURN_IF_ERROR(ckpt_->set_layout(plan_text(trainer_->plan())).with_context(where));

@@ -76,6 +76,7 @@ class Session {
   Status register_state();
   Status snapshot(int64_t step, SnapshotReport* out);
   Status recover(const Status& failure);
+  Status reform_on_fewer_ranks(const Status& failure, double detected, double detected_wall);
   Result<ckpt::RestoreResult> restore();  // restore(), or step 0 when no snapshot exists
   Status switch_plan(SessionStep* out);
   std::string rank_text() const;

@@ -64,6 +64,9 @@ Status check_run_options(const RunOptions& o, int world_size) {
   if (o.fresh && o.allow_other_run) {
     return invalid_argument("--allow-other-run resumes; --fresh does not: give one of them");
   }
+  if (o.kill_launcher && o.kill_rank < 0) {
+    return invalid_argument("--kill-launcher needs --kill-rank and --kill-step");
+  }
   if ((o.kill_rank >= 0) != (o.kill_step >= 0)) {
     return invalid_argument("--kill-rank and --kill-step go together");
   }
@@ -151,6 +154,7 @@ int run_training(RunOptions o) {
           ->store()
           .set(kKillTimeKey, std::to_string(us) + ":" + std::to_string(step))
           .ignore();
+      if (o.kill_launcher) ::kill(::getppid(), SIGKILL);  // the whole node: its other ranks too
       ::raise(SIGKILL);
     }
     auto r = session.step();

@@ -29,6 +29,9 @@ struct RunOptions {
   int64_t fail_saves_from = -1;  // fault injection: every save of a step >= this one fails
   int kill_rank = -1;
   int64_t kill_step = -1;
+  // With the kill: SIGKILL the rank's launcher first (`tessera launch`, its parent), which takes
+  // the launcher's other ranks with it: a whole node lost (multi-node jobs, issue 18).
+  bool kill_launcher = false;
   // Re-planning.
   int64_t switch_step = -1;
   std::string switch_plan_text;

@@ -39,6 +39,7 @@ struct TrainOptions {
   // global_batch counts sequences of `seq` tokens; `model` is not used.
   std::string gpt_config;
   int64_t seq = 32;
+  bool gpt_f32 = false;  // f32 activations and working weights (tight comparisons); else bf16
 };
 
 // What one step did, as seen by this rank (loss is global: the same on every rank).
