@@ -288,7 +288,8 @@ void add_demo_command(CLI::App& app) {
   CLI::Option* model_size =
       cmd->add_option("--model-size", o->model_size, "the MLP's size: tiny, small, medium or large")
           ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "tokens per sequence (gpt)")->capture_default_str();
+  CLI::Option* seq =
+      cmd->add_option("--seq", o->seq, "tokens per sequence (gpt)")->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
   CLI::Option* fault_step = cmd->add_option(
       "--fault-step", o->fault_step,
@@ -296,10 +297,12 @@ void add_demo_command(CLI::App& app) {
       "the way)");
   cmd->add_flag("--no-fault", o->no_fault, "train without killing a rank");
   cmd->add_option("--out", o->out, "output folder")->capture_default_str();
-  cmd->callback([o, fault_step, model_size] {
+  cmd->callback([o, fault_step, model_size, seq] {
     if (model_size->count() > 0 && o->model != "mlp") {
       fail("--model-size sizes the MLP: give --model mlp with it");
     }
+    if (seq->count() > 0 && o->model != "gpt")
+      fail("--seq is the GPT decoder's: not with --model mlp");
     check_options(*o, fault_step->count() > 0);
     run_demo(*o);
   });

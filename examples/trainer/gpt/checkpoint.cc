@@ -63,8 +63,12 @@ Status register_shards(const Params& params, const ParallelGroups& groups,
                        ckpt::StateRegistry& registry) {
   const int64_t shard = int64_t(params.shards().shard);
   if (shard == 0) return Status();  // a stage without parameters (never: every stage has a block)
+  // The flat order of a shard depends on every degree (units are cut per dp, laid out per stage
+  // and tp rank): the names carry them all, so that no other plan finds these tensors.
   const std::string prefix =
-      "zero.s" + std::to_string(groups.pp_rank()) + ".tp" + std::to_string(groups.tp_rank()) + ".";
+      "zero.tp" + std::to_string(groups.tp_size()) + ".pp" + std::to_string(groups.pp_size()) +
+      ".dp" + std::to_string(groups.dp_size()) + ".s" + std::to_string(groups.pp_rank()) + ".t" +
+      std::to_string(groups.tp_rank()) + ".";
   const std::vector<int64_t> shape{shard * groups.dp_size()};
   const ckpt::Slice slice{{shard * groups.dp_rank()}, {shard}};
   const struct {
@@ -137,7 +141,13 @@ Result<std::unique_ptr<GptSnapshots>> GptSnapshots::create(
 }
 
 Result<int64_t> GptSnapshots::resume(const hal::Stream& stream) {
-  if (!o_.resume || !std::filesystem::exists(std::filesystem::path(o_.dir) / "latest")) return 0;
+  if (!o_.resume) return 0;
+  // Rank 0 decides for everyone (the ranks may see the storage differently; the load is
+  // collective).
+  const bool here = std::filesystem::exists(std::filesystem::path(o_.dir) / "latest");
+  TSR_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                       ckpt_->group().allgather(here ? "resume" : "fresh"));
+  if (all.at(0) != "resume") return 0;
   TSR_ASSIGN_OR_RETURN(ckpt::LoadResult loaded, ckpt_->load());
   TSR_RETURN_IF_ERROR(trainer_.resume_at(stream, loaded.step));
   return loaded.step;

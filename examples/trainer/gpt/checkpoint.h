@@ -15,11 +15,12 @@
 //            rank its own experts (names keep the global expert index). The names and shapes do
 //            not depend on the plan, so a snapshot loads, and reshard_from_memory moves it, into
 //            any other zero-0 plan (tp, pp, dp, ep).
-//   zero>=1  the flat shards (zero.h: units padded to a multiple of dp) as one tensor per role
-//            and (pipeline stage, tp rank): "zero.s<stage>.tp<t>.master" [dp * shard], this dp
-//            rank holding [dp_rank * shard, +shard). These load only into the same plan; the
-//            manifest's layout names it, and a load under another plan is refused by the
-//            checkpointer (unknown tensor name).
+//   zero>=1  the flat shards (zero.h: units padded to a multiple of dp) as one tensor per role,
+//            named with every degree and this rank's stage and tp index
+//            ("zero.tp2.pp1.dp2.s0.t1.master" [dp * shard], this dp rank holding
+//            [dp_rank * shard, +shard)): a shard's flat order depends on all of them, so these load
+//            only into the same plan; under any other plan the checkpointer finds no such tensor
+//            and refuses the load naming it.
 // Placements (Placement::tp_dim, layer) are recorded for zero-0 tensors so `tessera ckpt reshard`
 // knows how they are cut.
 #pragma once
