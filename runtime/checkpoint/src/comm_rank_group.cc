@@ -32,11 +32,18 @@ Status CommRankGroup::send(int peer, std::string_view bytes) {
 }
 
 Result<std::string> CommRankGroup::recv(int peer) {
+  std::string bytes;
+  TSR_RETURN_IF_ERROR(recv_into(peer, &bytes));
+  return bytes;
+}
+
+Status CommRankGroup::recv_into(int peer, std::string* out) {
   int64_t n = 0;
   TSR_RETURN_IF_ERROR(comm_->recv(&n, 1, DType::kI64, peer));
-  std::string bytes(size_t(n), '\0');
-  TSR_RETURN_IF_ERROR(comm_->recv(bytes.data(), bytes.size(), DType::kU8, peer));
-  return bytes;
+  // Growing past the capacity: drop the old bytes first, so resize() does not copy them over.
+  if (size_t(n) > out->capacity()) *out = std::string();
+  out->resize(size_t(n));
+  return comm_->recv(out->data(), out->size(), DType::kU8, peer);
 }
 
 }  // namespace tessera::ckpt

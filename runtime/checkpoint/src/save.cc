@@ -290,8 +290,10 @@ void Checkpointer::Impl::worker_loop() {
     lock.unlock();
     SaveResult result = persist_guarded(buffers[index], start);
     if (result.status.ok()) {
+      // bench/trainer_bench.sh parses the line up to "(full)"; the timings follow.
       TSR_LOG(kInfo, "ckpt") << "step " << start.step << " committed: " << result.bytes_written
-                             << " bytes written (" << (result.delta ? "delta" : "full") << ")";
+                             << " bytes written (" << (result.delta ? "delta" : "full") << ") in "
+                             << result.persist_s << " s, peer replica " << result.replica_s << " s";
     } else {
       TSR_LOG(kWarn, "ckpt") << "step " << start.step
                              << " not saved: " << result.status.to_string();

@@ -63,7 +63,9 @@ struct CheckpointOptions {
   bool fsync = true;   // false only for tests on throwaway directories
   // Shard files written O_DIRECT (no page-cache copy; buffered where the filesystem refuses it).
   bool direct_io = true;
-  bool peer_replica = false;  // keep the last snapshot in a buddy's memory (replica.cc)
+  // Keep the last snapshot in a buddy's memory (replica.cc). A rank then holds two buffers of
+  // its source's state size: the replica, and the one the next replica is received into.
+  bool peer_replica = false;
   // buddy = (rank + stride) % size. 0: chosen from the ranks' hosts (one allgather at the first
   // replica), so every buddy is on another host when the group spans hosts (src/buddy.h).
   int replica_stride = 0;

@@ -20,6 +20,7 @@ class CommRankGroup final : public RankGroup {
   Result<std::vector<std::string>> allgather(std::string_view bytes) override;
   Status send(int peer, std::string_view bytes) override;
   Result<std::string> recv(int peer) override;
+  Status recv_into(int peer, std::string* out) override;  // in place, no copy
 
  private:
   std::shared_ptr<coll::Communicator> comm_;
