@@ -2,7 +2,8 @@
 // (a forked process with its own discrete host device) trains a few steps as its stage of a
 // (tp, dp, pp) grid and then, alone, the 1-rank reference with the same global batch; the
 // losses of each step and the stage's parameters must match within the f32 tolerances of
-// model_test_parallel.cc. A pipeline run repeats itself bitwise.
+// model_test_parallel.cc. A pipeline run repeats itself bitwise. With tied embeddings the first
+// and the last stage's copies of the embedding stay bitwise identical.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -19,10 +20,11 @@ namespace {
 constexpr int kSteps = 3;
 
 struct Grid {
-  const char* config;
+  const char* config;  // null: tiny_config(tiny)
   int tp = 1, dp = 1, pp = 2;
   int64_t micro_batches = 4;  // per step, per dp rank
   float clip_norm = 0;        // > 0: clipped to this global norm (summed over the stages)
+  Tiny tiny = Tiny::kGpt2;    // the config when `config` is null
 };
 
 // `micro_batches` of 2 sequences of 16 tokens per step, clipped to `clip_norm` (0: not clipped).
@@ -36,7 +38,8 @@ Result<RunOut> run_stage_steps(const DeviceEnv& env, const GptConfig& config, Pa
 int grid_body(int rank, int size, Grid grid) {
   auto env = open_device();
   CHILD_CHECK(env.has_value(), "no device");
-  auto config = load_config(config_path(grid.config));
+  auto config = grid.config ? load_config(config_path(grid.config))
+                            : Result<GptConfig>(tiny_config(grid.tiny));
   CHILD_OK(config.status());
   auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
   CHILD_CHECK(world != nullptr, "no communicator");
@@ -83,6 +86,22 @@ int grid_body(int rank, int size, Grid grid) {
       CHILD_CHECK(diff <= kParamTol, "%s[%zu] = %.9g, 1 rank %.9g", spec.name.c_str(), j,
                   double(parallel->master[spec.offset + j]), double(want[j]));
     }
+  }
+  if (config->tied) {
+    // The first and last stage's copies of the tied embedding are bitwise identical: each equals
+    // the elementwise max over the embedding group.
+    CHILD_CHECK(local.wte >= 0 && groups.embed != nullptr, "stage %d: no tied embedding", stage);
+    const ParamSpec& wte = local.specs[size_t(local.wte)];
+    const auto begin = parallel->master.begin() + std::ptrdiff_t(wte.offset);
+    const std::vector<float> mine(begin, begin + std::ptrdiff_t(wte.local_count()));
+    auto buffer = env->device->allocate(mine.size() * sizeof(float));
+    CHILD_OK(buffer.status());
+    CHILD_OK(upload(*env->stream, buffer->data(), mine));
+    CHILD_OK(allreduce_on(groups.embed, *env->stream, buffer->data(), mine.size(), DType::kF32,
+                          ReduceOp::kMax, "tied embedding copies"));
+    auto most = download<float>(*env->stream, buffer->data(), mine.size());
+    CHILD_OK(most.status());
+    CHILD_CHECK(*most == mine, "stage %d: the tied embedding's copies differ", stage);
   }
   const double rms = std::sqrt(sum_sq / double(std::max<size_t>(parallel->master.size(), 1)));
   std::fprintf(stderr,
@@ -134,6 +153,64 @@ TEST(GptPipeline, TwoStagesClipToTheGlobalNormLikeOneRank) {
 }
 TEST(GptPipeline, TwoStagesByTensorParallelTwoClipToTheGlobalNormLikeOneRank) {
   expect_pipeline_matches_one_rank({"tiny-llama.json", 2, 1, 2, 3, 0.3f});
+}
+// Tied embeddings (tiny GPT-2: LayerNorm, GeLU, biases, learned positions): stage 0 holds the
+// embedding, stage 1 the head, the same matrix; their gradients are summed over the embedding
+// group after the schedule, so both copies take the 1-rank step.
+TEST(GptPipeline, TwoStagesMatchOneRankTied) {
+  expect_pipeline_matches_one_rank({nullptr, 1, 1, 2, 4});
+}
+// dp 2: the embedding group's sum, then the dp allreduce of every gradient.
+TEST(GptPipeline, TwoStagesByDataParallelTwoMatchOneRankTied) {
+  expect_pipeline_matches_one_rank({nullptr, 1, 2, 2, 3});
+}
+// Clipped every step: the tied embedding's squares count once in the global norm (on the first
+// stage), as in the 1-rank run.
+TEST(GptPipeline, TwoStagesTiedClipToTheGlobalNormLikeOneRank) {
+  expect_pipeline_matches_one_rank({nullptr, 1, 1, 2, 4, 0.05f});
+}
+// MoE (tiny-mixtral: 4 experts, top-2, tied): the router aux loss of each stage's blocks, summed
+// over the pipeline group, and the tied embedding as above.
+TEST(GptPipeline, TwoStagesMatchOneRankMoeTied) {
+  expect_pipeline_matches_one_rank({"tiny-mixtral.json", 1, 1, 2, 4});
+}
+TEST(GptPipeline, TwoStagesByTensorParallelTwoMatchOneRankMoeTied) {
+  expect_pipeline_matches_one_rank({"tiny-mixtral.json", 2, 1, 2, 3});
+}
+
+// What is not verified under pp is refused by name: ZeRO with a tied or MoE model, and MoE with
+// expert parallelism (4 ranks: dp 2 x pp 2).
+int refuse_body(int rank, int size) {
+  auto env = open_device();
+  CHILD_CHECK(env.has_value(), "no device");
+  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
+  CHILD_CHECK(world != nullptr, "no communicator");
+  auto mixtral = load_config(config_path("tiny-mixtral.json"));
+  CHILD_OK(mixtral.status());
+  GptConfig untied_moe = *mixtral;
+  untied_moe.tied = false;
+  const GptConfig gpt2 = tiny_config(Tiny::kGpt2);
+  auto check = [&](const GptConfig& config, int ep, int zero, const std::string& what) -> int {
+    auto groups = make_groups(world, 1, 2, 2, ep);
+    CHILD_OK(groups.status());
+    TrainOptions options = parallel_test_options(2);
+    options.zero = zero;
+    auto trainer = GptTrainer::create(*env->device, config, *env->kernels, *groups, options);
+    CHILD_CHECK(!trainer.ok(), "pp 2 with %s was accepted", what.c_str());
+    const std::string message = trainer.status().to_string();
+    CHILD_CHECK(message.find("pp 2 with " + what) != std::string::npos, "%s", message.c_str());
+    return 0;
+  };
+  if (check(gpt2, 1, 1, "tied embeddings and zero=1") != 0) return 1;
+  if (check(*mixtral, 1, 2, "tied embeddings and zero=2") != 0) return 1;
+  if (check(untied_moe, 1, 1, "experts (MoE) and zero=1") != 0) return 1;
+  if (check(*mixtral, 2, 0, "expert parallelism ep 2") != 0) return 1;
+  CHILD_OK(world->barrier());
+  return 0;
+}
+
+TEST(GptPipeline, RefusesZeroWithTiedOrMoeAndExpertParallelism) {
+  expect_ranks_pass(4, refuse_body, std::chrono::milliseconds(120000));
 }
 }  // namespace
 }  // namespace tessera::gpt::testing

@@ -62,6 +62,12 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
     return invalid_argument(config.name + ": seq " + std::to_string(seq) +
                             " exceeds the learned positions " + std::to_string(config.positions));
   }
+  if (groups.pp_size() > 1 && groups.ep_size() > 1) {
+    // expert_layout (ep.h) walks every block's experts; a stage's layout holds only its own.
+    return invalid_argument(config.name + ": pp " + std::to_string(groups.pp_size()) +
+                            " with expert parallelism ep " + std::to_string(groups.ep_size()) +
+                            " is not supported yet");
+  }
   TSR_ASSIGN_OR_RETURN(ParamLayout layout, make_layout(config, groups.tp_rank(), groups.tp_size()));
   TSR_ASSIGN_OR_RETURN(StageRange stage,
                        stage_range(config.layers, groups.pp_rank(), groups.pp_size()));

@@ -58,7 +58,8 @@ class GptModel {
   // bitwise those without recomputation (the same kernels on the same inputs).
   // Under pipeline parallelism (groups.pp) the model is this rank's stage (stage.h): its blocks,
   // and the embedding / head where the stage has them. INVALID_ARGUMENT for a seq beyond the
-  // learned positions, a tp degree the config does not divide, or fewer layers than stages.
+  // learned positions, a tp degree the config does not divide, fewer layers than stages, or
+  // expert parallelism under pp (not yet).
   // `zero` (zero.h): the ZeRO level over groups.dp; from 1 the parameter buffers are allocated
   // sharded (never whole) and the model owns the ZeroEngine whose hooks its forward and backward
   // call; INVALID_ARGUMENT naming zero for levels outside 0..3.

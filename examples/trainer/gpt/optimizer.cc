@@ -27,6 +27,16 @@ Result<AdamW> AdamW::create(const hal::Device& device, const ParamLayout& layout
   return opt;
 }
 
+namespace {
+
+// Under pp a tied embedding is on the first and the last stage (identical gradients, summed over
+// ParallelGroups::embed): only the first stage counts it, as the 1-rank run counts it once.
+bool counted_on_stage(const ParamLayout& layout, const ParallelGroups& groups, size_t tensor) {
+  return !(groups.pp_rank() > 0 && int(tensor) == layout.wte);
+}
+
+}  // namespace
+
 // ZeRO (params.sharded()): each dp rank sums squares over its shard pieces only; the replicated and
 // tp-sharded parts are then summed over dp, and the tp-sharded part over tp.
 Result<double> AdamW::sharded_grad_norm(const hal::Stream& s, const Params& params,
@@ -43,7 +53,8 @@ Result<double> AdamW::sharded_grad_norm(const hal::Stream& s, const Params& para
   TSR_ASSIGN_OR_RETURN(std::vector<float> host, download<float>(s, sums, layout.specs.size()));
   std::vector<double> parts{0, 0};  // replicated, tp-sharded
   for (size_t i = 0; i < host.size(); ++i) {
-    if (present[i]) parts[layout.specs[i].split == Split::kReplicated ? 0 : 1] += double(host[i]);
+    if (present[i] && counted_on_stage(layout, groups, i))
+      parts[layout.specs[i].split == Split::kReplicated ? 0 : 1] += double(host[i]);
   }
   TSR_RETURN_IF_ERROR(upload(s, norm_.data(), parts));
   TSR_RETURN_IF_ERROR(allreduce_on(groups.dp, s, norm_.data(), 2, DType::kF64, ReduceOp::kSum,
@@ -82,6 +93,7 @@ Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
   // squares are summed over the expert group first (they are tp-split, so then over tp).
   const uint64_t expert_offset = groups.ep_size() > 1 ? expert_begin(layout) : layout.total;
   for (size_t i = 0; i < host.size(); ++i) {
+    if (!counted_on_stage(layout, groups, i)) continue;
     if (layout.specs[i].offset >= expert_offset) {
       experts += double(host[i]);
       continue;

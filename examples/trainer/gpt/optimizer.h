@@ -1,7 +1,8 @@
 // AdamW on the flat f32 master weights with global-norm gradient clipping. The norm is computed
 // per tensor on the device (sum_squares), read back and summed on the host in tensor order; the
 // tensor-parallel shards' part is summed over the tp group (replicated tensors count once), and
-// under pipeline parallelism the stages' sums over the pp group.
+// under pipeline parallelism the stages' sums over the pp group (a tied embedding, on the first
+// and the last stage, counted once: on the first).
 // Gradients must already be averaged over data parallelism (identical on every dp rank), so
 // every dp rank takes the same step. Under ZeRO (Params::sharded(), zero.h) each dp rank
 // updates only its shard of master, m, v and the working copy, and the norm is summed over dp.

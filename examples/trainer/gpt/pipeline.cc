@@ -212,11 +212,17 @@ Result<StepLoss> Pipeline::run(const hal::Stream& s, GptModel& model, int64_t mi
     TSR_RETURN_IF_ERROR(send_grad());
   }
 
-  // A tied embedding's two copies (first and last stage) get the sum of their gradients. (Tied
-  // models are refused under pp for now; under ZeRO-2/3 this sum would have to run before the
-  // units' reduce-scatter, on the whole gradient.)
+  // A tied embedding's two copies (first and last stage) get the sum of their gradients, after
+  // every send and receive of the schedule. Every rank of the embedding group must enter it: the
+  // first stage holds no head (its layout's head is -1, not wte), so the test is the config's
+  // tied flag, not head == wte (that test kept the first stage out and hung the last one here).
+  // (Refused with ZeRO for now: this sum would have to run before the units' reduce-scatter.)
   const ParamLayout& L = model.params().layout();
-  if (g.embed && L.wte >= 0 && L.head == L.wte) {
+  if (g.embed && model.config().tied) {
+    if (L.wte < 0) {
+      return internal_error("GPT pipeline: stage " + std::to_string(rank) +
+                            " is in the embedding group but holds no tied embedding");
+    }
     TSR_RETURN_IF_ERROR(allreduce_on(g.embed, s, model.params().grad(L.wte),
                                      L.at(L.wte).local_count(), DType::kF32, ReduceOp::kSum,
                                      "tied embedding gradient"));

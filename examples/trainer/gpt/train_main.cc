@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--tp", o.tp, "tensor-parallel degree");
   app.add_option("--dp", o.dp, "data-parallel degree (default: world / (tp * pp))");
-  app.add_option("--pp", o.pp, "pipeline stages, 1F1B (dense untied models)");
+  app.add_option("--pp", o.pp, "pipeline stages, 1F1B (not with ep; tied or MoE not with zero)");
   app.add_option("--ep", o.ep, "expert parallelism: experts sharded over ep of the dp ranks (MoE)");
   app.add_option("--clip-norm", o.train.adamw.clip_norm, "gradient clipping norm (<= 0: none)");
   app.add_option("--micro-batch", o.train.micro_batch, "sequences per micro-batch per rank");
