@@ -26,6 +26,12 @@
 #   bench_coll_across_hosts        `tessera bench coll` allreduce on 2 hosts x 2 ranks: the table
 #                                  says 2 hosts, lists the ranks on both host names, checks the
 #                                  results; its bus bandwidth is printed beside the link's rate
+#   node_loss_replans_trainer      --nnodes 1:2, tessera-train trains the GPT decoder on 2 hosts x
+#                                  2 ranks; before step 6 rank 2 kills host 1's launcher (the whole
+#                                  node): host 0's launcher re-forms the job on its 2 ranks, which
+#                                  re-plan for 2 devices, take the lost ranks' state from the
+#                                  replicas they hold in memory (the buddy lives on the other host)
+#                                  and finish; host 0's launcher exits 0
 #
 # Usage: launch_test.sh CASE STATE TESSERA NETNS_RANK PROBE MULTINODE_RANK
 # Exit: 0 pass, 1 fail, 77 skipped (the fixture could not make hosts: not root, ...).
@@ -68,6 +74,7 @@ case "$case_name" in
   host_loss_fails_survivors) port=29405 ;;
   tuner_picks_hierarchical) port=29406 ;;
   bench_coll_across_hosts) port=29407 ;;
+  node_loss_replans_trainer) port=29408 ;;
   *) echo "FAIL: unknown case '$case_name'"; exit 1 ;;
 esac
 
@@ -97,7 +104,7 @@ launcher() {
   shift
   # A simple command, not a function: its pid becomes, exec by exec, the `timeout` process.
   bash "$hosts_sh" exec "$name" "$h" env "${vars[@]}" timeout -s KILL "$limit" \
-    "$tessera" launch --nnodes 2 --nproc-per-node 2 --node-rank "$h" \
+    "$tessera" launch --nnodes "${nnodes:-2}" --nproc-per-node 2 --node-rank "$h" \
     --rdzv-endpoint "$endpoint:$port" --rdzv-timeout-s 20 "$@" >"$out.out" 2>"$out.err" &
   pids+=($!)
 }
@@ -257,6 +264,33 @@ case "$case_name" in
     [ "$worst" -lt 20000 ] || fail "host 0's ranks failed only $worst ms after the cut"
     expect_in "$work/node0.err" "node rank 1 ("
     echo "PASS: host 1 cut off; host 0's ranks failed naming it within $worst ms (timeout 20000 ms)"
+    ;;
+
+  node_loss_replans_trainer)
+    # Node 0 notices the silent node after 10 s; the trainer's steps take well under a second.
+    limit=80
+    nnodes=1:2
+    common=(TESSERA_STORE_TOKEN="t-$$-$RANDOM" TESSERA_COLL_TIMEOUT_MS=20000 UCX_TLS=tcp
+            UCX_NET_DEVICES=eth0)
+    train=("$(dirname "$tessera")/tessera-train"
+           --gpt-config "$here/../../examples/trainer/configs/tiny-llama.json" --global-batch 8
+           --seq 16 --steps 10 --snapshot-every 2 --f32 --log-every 0 --ckpt-dir "$work/ckpt"
+           --kill-rank 2 --kill-step 5 --kill-launcher)
+    launcher 0 "$work/node0" "${common[@]}" -- -- "${train[@]}"
+    launcher 1 "$work/node1" "${common[@]}" -- -- "${train[@]}"
+    wait "${pids[0]}"; code0=$?
+    wait "${pids[1]}"
+    pids=()
+    [ "$code0" -eq 0 ] || { tail -30 "$work/node0.out" "$work/node0.err"; fail "host 0's launcher exited $code0"; }
+    expect_in "$work/node0.err" "the job re-forms on 1 of 2 nodes"
+    for r in 0 1; do
+      expect_in "$work/node0.out" "[rank $r] rank $r recovered: "
+    done
+    expect_in "$work/node0.out" "node lost: re-formed on 2 ranks"
+    expect_in "$work/node0.out" "restored step 4 (from memory)"
+    expect_in "$work/node0.out" "final parameters checksum"
+    echo "PASS: host 1 lost before step 6; host 0 re-formed, re-planned and finished:"
+    grep -m1 -o "node lost: re-formed on 2 ranks, [^(]*" "$work/node0.out"
     ;;
 
   tuner_picks_hierarchical)
