@@ -302,7 +302,7 @@ Result<SessionStep> Session::step() {
     recovery_.pending = false;
     const double replay_s = now_s() - recovery_.restore_end;
     out.recovered = true;
-    char text[512];
+    char text[2048];  // the cause can be long (a node loss names the re-plan)
     std::snprintf(text, sizeof text,
                   "recovered: %s; restored step %" PRId64 " (%s), replayed through step %" PRId64
                   "; detection %.3f s, re-formation %.3f s, state transfer %.3f s, replay %.3f "

@@ -65,6 +65,12 @@ void check_options(const DemoOptions& o, bool fault_step_given) {
   if (o.steps < 4) fail("--steps must be at least 4");
   if (o.out.empty()) fail("--out must name a folder");
   if (o.model != "gpt" && o.model != "mlp") fail("--model '" + o.model + "' is not gpt or mlp");
+  if (o.hosts != 1 && o.hosts != 2) fail("--hosts must be 1 or 2");
+  if (o.hosts == 2) {
+    if (o.model != "gpt") fail("--hosts 2 trains the GPT decoder: not with --model mlp");
+    if (o.ranks < 2 || o.ranks % 2 != 0) fail("--hosts 2 needs an even --ranks (ranks per host)");
+    if (o.no_fault) fail("--hosts 2 shows a host lost: not with --no-fault");
+  }
   if (o.seq < 1) fail("--seq must be at least 1");
   if (!fault_step_given) return;
   if (o.no_fault) fail("--fault-step and --no-fault contradict each other: give one of them");
@@ -116,20 +122,6 @@ demo::DemoPlan probe_and_plan(const DemoOptions& o, const demo::DemoModel& model
   return std::move(*plan);
 }
 
-// A plan as tessera-train's --plan flag spells it.
-std::string plan_flag(const trainer::TrainPlan& p) {
-  std::string s = "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
-                  ",dp=" + std::to_string(p.dp) + ",zero=" + std::to_string(p.zero) +
-                  ",mbs=" + std::to_string(p.mbs);
-  if (!p.stage_blocks.empty()) {
-    s += ",stages=";
-    for (size_t i = 0; i < p.stage_blocks.size(); ++i) {
-      s += (i ? "+" : "") + std::to_string(p.stage_blocks[i]);
-    }
-  }
-  return s;
-}
-
 // The flags both runs share: model, schedule and the two plans.
 std::vector<std::string> common_trainer_flags(const DemoOptions& o, const demo::DemoModel& model,
                                               const demo::DemoPlan& plan) {
@@ -137,9 +129,9 @@ std::vector<std::string> common_trainer_flags(const DemoOptions& o, const demo::
   flags.insert(
       flags.end(),
       {"--steps", std::to_string(o.steps), "--global-batch", std::to_string(o.global_batch),
-       "--plan", plan_flag(plan.first), "--snapshot-every", "2", "--switch-step",
-       std::to_string(plan.switch_step), "--switch-plan", plan_flag(plan.second), "--switch-batch",
-       std::to_string(plan.second_batch), "--log-every", "1"});
+       "--plan", demo::plan_flag(plan.first), "--snapshot-every", "2", "--switch-step",
+       std::to_string(plan.switch_step), "--switch-plan", demo::plan_flag(plan.second),
+       "--switch-batch", std::to_string(plan.second_batch), "--log-every", "1"});
   return flags;
 }
 
@@ -262,6 +254,18 @@ void run_demo(const DemoOptions& o) {
   std::printf("tessera demo: %d ranks, %s, %lld steps\n", o.ranks, model.description.c_str(),
               (long long)o.steps);
   const demo::DemoPlan plan = probe_and_plan(o, model, out);
+  if (o.hosts == 2) {
+    const demo::HostsResult across = demo::run_across_hosts(o, model, plan, out, self_dir());
+    if (across.ran) {
+      std::printf("\n%s", across.report.c_str());
+      if (!across.why.empty()) fail(across.why);
+      std::printf("done in %.1f s\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (!across.passed) throw CLI::RuntimeError(1);
+      return;
+    }
+    std::printf("hosts     --hosts 2: %s; running the one-host demo instead\n", across.why.c_str());
+  }
   const std::vector<std::string> common = common_trainer_flags(o, model, plan);
   run_training(o, common, out);
   run_reference(o, common, out);
@@ -296,6 +300,10 @@ void add_demo_command(CLI::App& app) {
       "the 0-based step S before which a rank is killed, 0 <= S < --steps (default: a third of "
       "the way)");
   cmd->add_flag("--no-fault", o->no_fault, "train without killing a rank");
+  cmd->add_option("--hosts", o->hosts,
+                  "2: train across two emulated hosts (network namespaces, root), lose one whole "
+                  "host and continue on the other after a re-plan; without root the one-host demo")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "output folder")->capture_default_str();
   cmd->callback([o, fault_step, model_size, seq] {
     if (model_size->count() > 0 && o->model != "mlp") {

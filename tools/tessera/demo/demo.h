@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ struct DemoOptions {
   int64_t global_batch = 32;
   int64_t fault_step = -1;  // -1: a third of the way
   bool no_fault = false;
+  int hosts = 1;  // 2: across two namespace hosts, one of them lost (hosts.cc; root)
   std::string out = "tessera-demo";
 };
 
@@ -63,6 +65,8 @@ struct DemoPlan {
 };
 
 Result<Probe> probe_machine();
+// A plan as tessera-train's --plan flag spells it ("tp=2,pp=1,dp=2,zero=0,mbs=0[,stages=a+b]").
+std::string plan_flag(const trainer::TrainPlan& p);
 Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& model, const Probe& probe);
 
 struct RunResult {
@@ -75,6 +79,17 @@ struct RunResult {
 RunResult run_trainer(const std::string& launcher, const std::string& train, int ranks,
                       const std::vector<std::string>& args, bool restarts, const std::string& trace,
                       int64_t steps, bool bar);
+
+// `tessera demo --hosts 2` (hosts.cc): the training across two namespace hosts with one host
+// lost, against a fault-free run. ran: false when the hosts could not be made (`why` says why:
+// not root, no namespaces, no script); then nothing ran. passed: the final parameters are within
+// the tolerance of the fault-free run's.
+struct HostsResult {
+  bool ran = false, passed = false;
+  std::string why, report;
+};
+HostsResult run_across_hosts(const DemoOptions& o, const DemoModel& model, const DemoPlan& plan,
+                             const std::filesystem::path& out, const std::string& bin_dir);
 
 // The summary text and the loss curve SVG, from the trainer's metrics file.
 Result<std::string> summarize(const std::string& metrics_path, const DemoPlan& plan,

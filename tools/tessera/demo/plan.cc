@@ -38,6 +38,19 @@ plan::SearchConstraints trainer_constraints() {
 
 }  // namespace
 
+std::string plan_flag(const trainer::TrainPlan& p) {
+  std::string s = "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
+                  ",dp=" + std::to_string(p.dp) + ",zero=" + std::to_string(p.zero) +
+                  ",mbs=" + std::to_string(p.mbs);
+  if (!p.stage_blocks.empty()) {
+    s += ",stages=";
+    for (size_t i = 0; i < p.stage_blocks.size(); ++i) {
+      s += (i ? "+" : "") + std::to_string(p.stage_blocks[i]);
+    }
+  }
+  return s;
+}
+
 Result<Probe> probe_machine() {
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
   auto devices = platform->devices("host");
