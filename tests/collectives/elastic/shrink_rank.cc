@@ -54,7 +54,7 @@ int fail(int rank, const std::string& what, const Status& s) {
 
 int main(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; i += 2) {  // "--flag value" pairs
     const std::string a = argv[i];
     const int value = i + 1 < argc ? std::atoi(argv[i + 1]) : 0;
     if (a == "--victim") {
@@ -71,7 +71,6 @@ int main(int argc, char** argv) {
       std::printf("unknown flag %s\n", a.c_str());
       return 1;
     }
-    ++i;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto boot = Bootstrap::from_environment();
