@@ -150,6 +150,27 @@ Result<TrainPlan> plan_from_json(std::string_view json_text, std::string_view so
   return out;
 }
 
+plan::SearchConstraints trainer_search_constraints(int top) {
+  plan::SearchConstraints c;
+  c.cp = 1;
+  c.ep = 1;
+  c.vp = 1;
+  c.sp = false;
+  c.zero = 0;
+  c.recompute = plan::Recompute::kNone;
+  c.top = top;
+  return c;
+}
+
+void fit_trainer_microbatches(TrainPlan* p, int64_t batch, int64_t blocks, bool even_stages) {
+  int64_t sum = 0;
+  for (int b : p->stage_blocks) sum += b;
+  if (sum != blocks || p->pp == 1 || even_stages) p->stage_blocks.clear();
+  const int64_t local = batch / p->dp;
+  p->mbs = 0;
+  if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
+}
+
 Result<TrainPlan> plan_from_planner(const plan::Plan& p) {
   if (p.cp != 1 || p.ep != 1 || p.vp != 1 || p.sp) {
     return invalid_argument("plan " + plan::plan_summary(p) +

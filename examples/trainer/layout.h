@@ -15,6 +15,7 @@
 #include "model.h"
 #include "tessera/common/status.h"
 #include "tessera/plan/plan.h"
+#include "tessera/plan/search.h"
 
 namespace tessera::trainer {
 
@@ -42,6 +43,16 @@ Result<TrainPlan> plan_from_json(std::string_view json_text, std::string_view so
 // A planner plan to what the trainer runs (cp, ep, vp, sp must be 1/off; zero > 1 maps to 1).
 Result<TrainPlan> plan_from_planner(const plan::Plan& p);
 plan::Plan to_planner_plan(const TrainPlan& plan, int64_t global_batch);
+
+// What the planner may choose for these trainers (the demo's plans, the re-plan after a node
+// loss): cp = ep = vp = 1 without sequence parallelism or recomputation, and ZeRO-0, which the
+// in-memory move of a plan switch needs. `top` plans.
+plan::SearchConstraints trainer_search_constraints(int top);
+// The trainer's micro-batching for plan `p` at `batch`: the whole per-dp-rank batch without a
+// pipeline (few GEMM calls on a busy host); with one, two micro-batches per stage where they
+// divide, so 1F1B has something to overlap. Stage sizes that do not sum to `blocks` are dropped,
+// and all of them where `even_stages` (the GPT trainer splits evenly and takes no stages=).
+void fit_trainer_microbatches(TrainPlan* p, int64_t batch, int64_t blocks, bool even_stages);
 
 // Checks the plan against the model, the batch and the world size; errors name the field.
 Status validate_plan(const TrainPlan& plan, const ModelSpec& spec, int64_t global_batch, int world);

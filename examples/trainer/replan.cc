@@ -12,15 +12,6 @@ Result<ir::Model> model_of(const TrainOptions& options) {
   return model_ir(options.model);
 }
 
-// The trainer's micro-batching: the whole per-dp-rank batch without a pipeline; with one, two
-// micro-batches per stage where they divide (as `tessera demo` chooses).
-void fit_microbatches(TrainPlan* p, int64_t batch, bool even_stages) {
-  if (p->pp == 1 || even_stages) p->stage_blocks.clear();
-  const int64_t local = batch / p->dp;
-  p->mbs = 0;
-  if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
-}
-
 }  // namespace
 
 Result<Replan> replan_for_world(const TrainOptions& options, int world) {
@@ -37,14 +28,7 @@ Result<Replan> replan_for_world(const TrainOptions& options, int world) {
   plan::ClusterSpec cluster = plan::cluster_from_calibration(c);
   plan::CostOptions cost;
   plan::apply_calibration(c, &cluster, &cost);
-  plan::SearchConstraints k;
-  k.cp = 1;
-  k.ep = 1;
-  k.vp = 1;
-  k.sp = false;
-  k.zero = 0;
-  k.recompute = plan::Recompute::kNone;
-  k.top = 1;
+  const plan::SearchConstraints k = trainer_search_constraints(1);
   const int64_t seq = options.gpt_config.empty() ? 1 : options.seq;
   const plan::Workload workload{options.global_batch, seq, plan::Dtype::kBf16};
   Replan out;
@@ -53,7 +37,8 @@ Result<Replan> replan_for_world(const TrainOptions& options, int world) {
   if (found.ok() && !found->plans.empty()) {
     auto p = plan_from_planner(found->plans.front().plan);
     if (p.ok()) {
-      fit_microbatches(&*p, options.global_batch, !options.gpt_config.empty());
+      fit_trainer_microbatches(&*p, options.global_batch, model.num_blocks,
+                               !options.gpt_config.empty());
       const Status ok = check_trainer_plan(options, *p, options.global_batch, world);
       if (ok.ok()) {
         out.plan = *p;

@@ -42,18 +42,6 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-// The trainer's mbs: whole per-rank batches without a pipeline (few GEMM calls on a busy host);
-// with one, two micro-batches per stage so 1F1B has something to overlap. `even_stages`: the
-// trainer splits the blocks evenly itself (the GPT trainer takes no stages=).
-void fit_microbatches(trainer::TrainPlan* p, int64_t batch, int64_t blocks, bool even_stages) {
-  int64_t sum = 0;
-  for (int b : p->stage_blocks) sum += b;
-  if (sum != blocks || p->pp == 1 || even_stages) p->stage_blocks.clear();
-  const int64_t local = batch / p->dp;
-  p->mbs = 0;
-  if (p->pp > 1 && local % (2 * p->pp) == 0) p->mbs = local / (2 * p->pp);
-}
-
 // Flags that contradict each other or can never take effect are refused before anything runs:
 // the demo must not announce a kill that never happens and then report the check as if it had.
 void check_options(const DemoOptions& o, bool fault_step_given) {
@@ -110,8 +98,8 @@ demo::DemoPlan probe_and_plan(const DemoOptions& o, const demo::DemoModel& model
   auto plan = demo::plan_demo(o, model, *probe);
   if (!plan.ok()) fail(plan.status().message());
   const bool even = o.model == "gpt";
-  fit_microbatches(&plan->first, o.global_batch, model.blocks, even);
-  fit_microbatches(&plan->second, plan->second_batch, model.blocks, even);
+  trainer::fit_trainer_microbatches(&plan->first, o.global_batch, model.blocks, even);
+  trainer::fit_trainer_microbatches(&plan->second, plan->second_batch, model.blocks, even);
   std::printf("plan      %s now, %s from step %lld (batch %lld)\n",
               trainer::plan_text(plan->first).c_str(), trainer::plan_text(plan->second).c_str(),
               (long long)plan->switch_step + 1, (long long)plan->second_batch);

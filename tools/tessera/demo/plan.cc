@@ -23,19 +23,6 @@ std::string why(const plan::Estimate& e) {
          " ms (exposed communication)";
 }
 
-// The trainer runs cp = ep = vp = 1 without sequence parallelism; the switch needs zero = 0.
-plan::SearchConstraints trainer_constraints() {
-  plan::SearchConstraints c;
-  c.cp = 1;
-  c.ep = 1;
-  c.vp = 1;
-  c.sp = false;
-  c.zero = 0;
-  c.recompute = plan::Recompute::kNone;
-  c.top = 5;
-  return c;
-}
-
 }  // namespace
 
 std::string plan_flag(const trainer::TrainPlan& p) {
@@ -93,7 +80,8 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& demo_model, co
   phases[1].name = "phase 2 (batch x2)";
   phases[1].steps = o.steps - out.switch_step;
   phases[1].workload = {out.second_batch, demo_model.seq, plan::Dtype::kBf16};
-  auto report = plan::replan(model, cluster, phases, 0.0, trainer_constraints(), options);
+  auto report =
+      plan::replan(model, cluster, phases, 0.0, trainer::trainer_search_constraints(5), options);
   if (!report.ok()) return report.status().with_context("planning the demo model");
   const plan::PhasePlan& p1 = report->phases[0];
   const plan::PhasePlan& p2 = report->phases[1];
@@ -111,7 +99,7 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& demo_model, co
   if (!p2.switched || same_layout) {
     // The planner keeps the layout for this model: the demo still switches once, to the best
     // plan with tensor parallelism, to show the in-memory move (and says so).
-    plan::SearchConstraints fixed_tp = trainer_constraints();
+    plan::SearchConstraints fixed_tp = trainer::trainer_search_constraints(5);
     fixed_tp.tp = devices % 2 == 0 && demo_model.tp2_ok ? 2 : 1;
     if (*fixed_tp.tp == p1.best.plan.tp) fixed_tp.tp = 1;
     auto forced = plan::search_plans(model, cluster, phases[1].workload, fixed_tp, options);
