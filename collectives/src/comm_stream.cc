@@ -174,9 +174,9 @@ void CommImpl::proxy_main() {
       task = std::move(queue_.front());
       queue_.pop_front();
       proxy_busy_ = true;
-    }
-    {
-      std::lock_guard lock(queue_mutex_);
+      // In the same critical section as the pop: were the task neither queued nor at the gate
+      // for a moment, a destructor looking then would see nothing pending, skip its abort, and
+      // the operation would run (and wait for peers) after the communicator's destruction.
       proxy_at_gate_ = true;
     }
     // Until the stream reaches the operation: bounded by the communicator's timeout, and released
