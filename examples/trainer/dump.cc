@@ -1,5 +1,6 @@
 #include "dump.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -122,6 +123,35 @@ Result<ParamsComparison> compare_params(const std::vector<NamedTensor>& a,
     }
   }
   return c;
+}
+
+Result<ParamsComparison> compare_params_files(const std::string& a_path,
+                                              const std::string& b_path) {
+  auto a = read_params_file(a_path);
+  if (!a.ok()) return a.status();
+  auto b = read_params_file(b_path);
+  if (!b.ok()) return b.status();
+  auto shape_text = [](const std::vector<int64_t>& shape) {
+    std::string text = "[";
+    for (size_t d = 0; d < shape.size(); ++d) text += (d ? "," : "") + std::to_string(shape[d]);
+    return text + "]";
+  };
+  for (size_t p = 0; p < std::min(a->size(), b->size()); ++p) {
+    const NamedTensor &x = (*a)[p], &y = (*b)[p];
+    if (x.name != y.name || x.shape != y.shape) {
+      return invalid_argument(a_path + " vs " + b_path + ": parameter " + std::to_string(p) +
+                              " is '" + x.name + "' " + shape_text(x.shape) + " in the first, '" +
+                              y.name + "' " + shape_text(y.shape) + " in the second");
+    }
+  }
+  if (a->size() != b->size()) {
+    const bool a_longer = a->size() > b->size();
+    return invalid_argument(a_path + " vs " + b_path + ": " + std::to_string(a->size()) + " vs " +
+                            std::to_string(b->size()) + " parameters; '" +
+                            (a_longer ? *a : *b)[std::min(a->size(), b->size())].name +
+                            "' is only in " + (a_longer ? a_path : b_path));
+  }
+  return compare_params(*a, *b);
 }
 
 }  // namespace tessera::trainer

@@ -34,4 +34,10 @@ struct ParamsComparison {
 Result<ParamsComparison> compare_params(const std::vector<NamedTensor>& a,
                                         const std::vector<NamedTensor>& b);
 
+// Reads two parameters files and compares them (`tessera-train --compare A B`). Errors name the
+// file: NOT_FOUND (cannot open), INVALID_ARGUMENT (not a parameters file, or the two hold other
+// parameters: the first parameter whose name or shape differs, with both shapes), DATA_LOSS
+// (truncated, naming the tensor).
+Result<ParamsComparison> compare_params_files(const std::string& a_path, const std::string& b_path);
+
 }  // namespace tessera::trainer

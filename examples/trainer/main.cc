@@ -2,15 +2,57 @@
 // as a single rank); see examples/trainer/README.md.
 //
 //   tessera launch -n 4 tessera-train --plan tp=2,dp=2 --steps 20 --params-out final.bin
+//   tessera-train --compare a.bin b.bin --tolerance 1e-4   (two --params-out files)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "dump.h"
 #include "run.h"
+
+namespace {
+
+// `tessera-train --compare A B [--tolerance T]`: no training; every other flag is refused.
+int compare_main(const CLI::App& app, const std::vector<std::string>& files, double tolerance) {
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() > 0 && name != "--compare" && name != "--tolerance") {
+      std::fprintf(stderr, "tessera-train: %s is a training flag: not with --compare\n",
+                   name.c_str());
+      return 2;
+    }
+  }
+  if (files.size() != 2) {
+    std::fprintf(stderr, "tessera-train: %s\n",
+                 files.empty() ? "--tolerance goes with --compare A B"
+                               : "--compare takes two parameters files");
+    return 2;
+  }
+  if (!(tolerance >= 0)) {
+    std::fprintf(stderr, "tessera-train: --tolerance %g: must be 0 or more\n", tolerance);
+    return 2;
+  }
+  auto c = tessera::trainer::compare_params_files(files[0], files[1]);
+  if (!c.ok()) {
+    std::fprintf(stderr, "tessera-train --compare: %s\n", c.status().message().c_str());
+    return 2;
+  }
+  const bool within = c->max_abs_diff <= tolerance;
+  std::printf("%s vs %s: max |diff| %.3g%s%s (tolerance %g): %s\n", files[0].c_str(),
+              files[1].c_str(), c->max_abs_diff, c->worst.empty() ? "" : " at ", c->worst.c_str(),
+              tolerance,
+              c->bitwise_equal ? "bitwise equal"
+              : within         ? "within"
+                               : "beyond the tolerance");
+  return within ? 0 : 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tessera::trainer;
@@ -82,7 +124,18 @@ int main(int argc, char** argv) {
   bool print_model = false;
   app.add_flag("--print-model", print_model,
                "print the model as an IR layer list (for `tessera plan --model`) and exit");
+  std::vector<std::string> compare;
+  double tolerance = 0;
+  app.add_option("--compare", compare,
+                 "compare two --params-out files and exit: prints the largest |difference| and "
+                 "where it is; exit 0 within --tolerance, 1 beyond it, 2 if a file is unreadable "
+                 "or the two hold other parameters")
+      ->expected(2);
+  app.add_option("--tolerance", tolerance, "with --compare: the largest |difference| accepted")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!compare.empty() || app.count("--tolerance") > 0)
+    return compare_main(app, compare, tolerance);
   if (!o.train.gpt_config.empty()) {
     // The MLP's flags would be silently ignored by the decoder.
     for (const char* flag :

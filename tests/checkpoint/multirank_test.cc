@@ -25,6 +25,7 @@
 namespace tessera::ckpt {
 namespace {
 
+using testing::expect_all_exited_zero;
 using testing::Layout;
 using testing::ModelState;
 using testing::run_ranks;
@@ -38,12 +39,6 @@ CheckpointOptions options_for(const std::string& dir) {
   // Tests run in parallel: a nice persist thread would wait for the other tests' CPU.
   o.persist_priority = PersistPriority::kNormal;
   return o;
-}
-
-void expect_all_exited_zero(const std::vector<testing::RankExit>& exits) {
-  for (size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_EQ(exits[r].code, 0) << "rank " << r << " (signal " << exits[r].signal << ")";
-  }
 }
 
 // Loads `dir` into one process holding every global tensor whole: the gathered state.

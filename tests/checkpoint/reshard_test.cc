@@ -17,6 +17,7 @@
 namespace tessera::ckpt {
 namespace {
 
+using testing::expect_all_exited_zero;
 using testing::Layout;
 using testing::ModelState;
 using testing::run_ranks;
@@ -29,12 +30,6 @@ CheckpointOptions options_for(const std::string& dir) {
   o.keep_last = 2;
   o.fsync = false;
   return o;
-}
-
-void expect_all_exited_zero(const std::vector<testing::RankExit>& exits) {
-  for (size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_EQ(exits[r].code, 0) << "rank " << r << " (signal " << exits[r].signal << ")";
-  }
 }
 
 ParallelLayout plan_of(Layout l) {

@@ -20,6 +20,7 @@
 namespace tessera::ckpt {
 namespace {
 
+using testing::expect_all_exited_zero;
 using testing::Layout;
 using testing::ModelState;
 using testing::run_ranks;
@@ -39,28 +40,45 @@ CheckpointOptions replica_options(const std::string& dir) {
   return o;
 }
 
-void expect_every_rank_exited_zero(const std::vector<testing::RankExit>& exits) {
-  for (size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_EQ(exits[r].code, 0) << "rank " << r << " (signal " << exits[r].signal << ")";
+// The group the survivors re-form after the ranks in `dead` of a 4-rank job are lost: the old
+// ranks renumbered in order, and a fresh socket mesh for them (created before the ranks fork).
+class Survivors {
+ public:
+  static Result<Survivors> of(const std::vector<int>& dead) {
+    Survivors s;
+    s.new_rank_.assign(4, -1);
+    for (int o = 0; o < 4; ++o) {
+      if (std::find(dead.begin(), dead.end(), o) != dead.end()) continue;
+      s.new_rank_[size_t(o)] = static_cast<int>(s.old_ranks_.size());
+      s.old_ranks_.push_back(o);
+    }
+    auto mesh = SocketMesh::create(static_cast<int>(s.old_ranks_.size()));
+    if (!mesh.ok()) return mesh.status();
+    s.mesh_.emplace(std::move(mesh).value());
+    return s;
   }
-}
+  bool lost(int old_rank) const { return new_rank_[size_t(old_rank)] < 0; }
+  int new_rank(int old_rank) const { return new_rank_[size_t(old_rank)]; }
+  const std::vector<int>& old_ranks() const { return old_ranks_; }  // by new rank
+  // In a survivor's process: its end of the new group.
+  std::shared_ptr<RankGroup> group(int old_rank) { return mesh_->take(new_rank(old_rank)); }
 
-// The survivors' ranks in the new group: old rank -> new rank, -1 for the dead.
-std::vector<int> new_ranks(int old_size, const std::vector<int>& dead) {
-  std::vector<int> out(size_t(old_size), -1);
-  int next = 0;
-  for (int o = 0; o < old_size; ++o) {
-    if (std::find(dead.begin(), dead.end(), o) == dead.end()) out[size_t(o)] = next++;
-  }
-  return out;
-}
+ private:
+  std::vector<int> new_rank_, old_ranks_;
+  std::optional<SocketMesh> mesh_;
+};
 
-std::vector<int> old_ranks(int old_size, const std::vector<int>& dead) {
-  std::vector<int> out;
-  for (int o = 0; o < old_size; ++o) {
-    if (std::find(dead.begin(), dead.end(), o) == dead.end()) out.push_back(o);
-  }
-  return out;
+// A survivor moves its checkpointer onto the new group (as the new rank `rank`), registers an
+// empty `state` in the layout `next` and moves the newest state of the old world into it from
+// memory.
+Result<LoadResult> move_into(Checkpointer& ck, std::shared_ptr<RankGroup> group,
+                             const std::vector<int>& old_ranks, ModelState& state, Layout next,
+                             int rank) {
+  TSR_RETURN_IF_ERROR(ck.rebind_shrunk(std::move(group), old_ranks));
+  ck.registry().clear();
+  state = ModelState();
+  TSR_RETURN_IF_ERROR(state.register_in(ck.registry(), next, rank, -1));  // zeros
+  return ck.reshard_from_memory();
 }
 
 // The model of step `step` saved (committed, replicated to the buddies) by 4 ranks under
@@ -70,9 +88,11 @@ using AfterLoss =
     std::function<int(int, int, std::shared_ptr<RankGroup>, Checkpointer&, ModelState&)>;
 std::vector<testing::RankExit> lose_ranks(const std::string& dir, Layout before, int64_t step,
                                           const std::vector<int>& dead, const AfterLoss& after) {
-  const std::vector<int> renumbered = new_ranks(4, dead);
-  auto reformed = SocketMesh::create(4 - static_cast<int>(dead.size()));
-  if (!reformed.ok()) return {};
+  auto survivors = Survivors::of(dead);
+  if (!survivors.ok()) {
+    ADD_FAILURE() << "the survivors' group: " << survivors.status().to_string();
+    return {};
+  }
   return run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
     auto ck = Checkpointer::create(replica_options(dir), group);
     RANK_OK(ck);
@@ -80,9 +100,8 @@ std::vector<testing::RankExit> lose_ranks(const std::string& dir, Layout before,
     RANK_OK(state.register_in((*ck)->registry(), before, rank, step));
     RANK_OK((*ck)->save_async(step));
     RANK_OK((*ck)->wait()->status);
-    if (renumbered[size_t(rank)] < 0) return 0;  // dies: its memory is gone with it
-    const int new_rank = renumbered[size_t(rank)];
-    return after(rank, new_rank, reformed->take(new_rank), **ck, state);
+    if (survivors->lost(rank)) return 0;  // dies: its memory is gone with it
+    return after(rank, survivors->new_rank(rank), survivors->group(rank), **ck, state);
   });
 }
 
@@ -96,13 +115,9 @@ TEST(ShrinkReshard, ThreeSurvivorsOfFourAssembleTheNewLayoutFromSnapshotsAndTheL
       lose_ranks(dir.path(), Layout{4, 1}, 7, {3},
                  [&](int old_rank, int rank, std::shared_ptr<RankGroup> group, Checkpointer& ck,
                      ModelState& state) {
-                   RANK_OK(ck.rebind_shrunk(group, {0, 1, 2}));
-                   RANK_CHECK(ck.group().size() == 3, "still in the old group");
-                   ck.registry().clear();
-                   state = ModelState();
-                   RANK_OK(state.register_in(ck.registry(), next, rank, -1));  // zeros
-                   auto moved = ck.reshard_from_memory();
+                   auto moved = move_into(ck, group, {0, 1, 2}, state, next, rank);
                    RANK_OK(moved);
+                   RANK_CHECK(ck.group().size() == 3, "still in the old group");
                    RANK_CHECK(moved->step == 7 && moved->bytes_read == 0,
                               "resharded step " + std::to_string(moved->step));
                    const std::string diff = state.check(next, rank, 7, old_rank);
@@ -120,7 +135,7 @@ TEST(ShrinkReshard, ThreeSurvivorsOfFourAssembleTheNewLayoutFromSnapshotsAndTheL
                    RANK_CHECK(!saved->delta, "the first save of the new world is a delta");
                    return 0;
                  });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
   auto ck = Checkpointer::create(replica_options(dir.path()), std::make_shared<SingleRankGroup>());
   ASSERT_TRUE(ck.ok());
   ModelState whole;
@@ -190,9 +205,8 @@ struct UnevenState {
 
 TEST(ShrinkReshard, AfterTheMiddleRankDiesAnUnevenLayoutGetsItsPartsFromTheBuddysReplica) {
   ScratchDir dir("shrink_uneven");
-  auto reformed = SocketMesh::create(3);
-  ASSERT_TRUE(reformed.ok());
-  const std::vector<int> renumbered = new_ranks(4, {1});
+  auto survivors = Survivors::of({1});
+  ASSERT_TRUE(survivors.ok());
   auto exits = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
     auto ck = Checkpointer::create(replica_options(dir.path()), group);
     RANK_OK(ck);
@@ -200,9 +214,9 @@ TEST(ShrinkReshard, AfterTheMiddleRankDiesAnUnevenLayoutGetsItsPartsFromTheBuddy
     RANK_OK(state.register_in((*ck)->registry(), rank, false, 5));
     RANK_OK((*ck)->save_async(5));
     RANK_OK((*ck)->wait()->status);
-    if (rank == 1) return 0;  // dies; its slices live on in old rank 2's replica
-    const int new_rank = renumbered[size_t(rank)];
-    RANK_OK((*ck)->rebind_shrunk(reformed->take(new_rank), {0, 2, 3}));
+    if (survivors->lost(rank)) return 0;  // dies; its slices live on in old rank 2's replica
+    const int new_rank = survivors->new_rank(rank);
+    RANK_OK((*ck)->rebind_shrunk(survivors->group(rank), survivors->old_ranks()));
     (*ck)->registry().clear();
     UnevenState next;
     RANK_OK(next.register_in((*ck)->registry(), new_rank, true, -1));
@@ -213,7 +227,7 @@ TEST(ShrinkReshard, AfterTheMiddleRankDiesAnUnevenLayoutGetsItsPartsFromTheBuddy
     RANK_CHECK(diff.empty(), diff);
     return 0;
   });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 // Step 6 commits (and is replicated); the save of step 7 aborts on every rank, and rank 3 is
@@ -221,8 +235,8 @@ TEST(ShrinkReshard, AfterTheMiddleRankDiesAnUnevenLayoutGetsItsPartsFromTheBuddy
 // step 6 in rank 0's replica: the survivors go back to step 6, which they also still hold.
 TEST(ShrinkReshard, ARankLostDuringASaveCostsThatSaveNotTheMemoryCopy) {
   ScratchDir dir("shrink_midsave");
-  auto reformed = SocketMesh::create(3);
-  ASSERT_TRUE(reformed.ok());
+  auto survivors = Survivors::of({3});
+  ASSERT_TRUE(survivors.ok());
   const Layout before{2, 2}, next{1, 3};
   auto exits = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
     bool fail_saves = false;
@@ -245,19 +259,15 @@ TEST(ShrinkReshard, ARankLostDuringASaveCostsThatSaveNotTheMemoryCopy) {
     auto aborted = (*ck)->wait();
     RANK_OK(aborted);
     RANK_CHECK(!aborted->status.ok(), "the save of step 7 committed");
-    if (rank == 3) return 0;
-    RANK_OK((*ck)->rebind_shrunk(reformed->take(rank), {0, 1, 2}));
-    (*ck)->registry().clear();
-    state = ModelState();
-    RANK_OK(state.register_in((*ck)->registry(), next, rank, -1));
-    auto moved = (*ck)->reshard_from_memory();
+    if (survivors->lost(rank)) return 0;
+    auto moved = move_into(**ck, survivors->group(rank), survivors->old_ranks(), state, next, rank);
     RANK_OK(moved);
     RANK_CHECK(moved->step == 6, "resharded step " + std::to_string(moved->step));
     const std::string diff = state.check(next, rank, 6, rank);
     RANK_CHECK(diff.empty(), diff);
     return 0;
   });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 // Ranks 2 and 3 die: rank 3's state is in rank 0's replica, but rank 2's copy died with rank 3.
@@ -269,11 +279,7 @@ TEST(ShrinkReshard, TwoAdjacentLostRanksNameTheLostStateOnEverySurvivorAndStorag
   auto exits = lose_ranks(
       dir.path(), Layout{4, 1}, 7, {2, 3},
       [&](int, int rank, std::shared_ptr<RankGroup> group, Checkpointer& ck, ModelState& state) {
-        RANK_OK(ck.rebind_shrunk(group, {0, 1}));
-        ck.registry().clear();
-        state = ModelState();
-        RANK_OK(state.register_in(ck.registry(), next, rank, -1));
-        auto moved = ck.reshard_from_memory();
+        auto moved = move_into(ck, group, {0, 1}, state, next, rank);
         RANK_CHECK(!moved.ok(), "resharded without old rank 2's state");
         const Status& s = moved.status();
         RANK_CHECK(s.code() == StatusCode::kDataLoss, s.to_string());
@@ -295,15 +301,15 @@ TEST(ShrinkReshard, TwoAdjacentLostRanksNameTheLostStateOnEverySurvivorAndStorag
         RANK_OK(ck.wait()->status);
         return 0;
       });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 // Survivor 1 restarted (a fresh Checkpointer, no memory): the survivors share no snapshot step,
 // and every one of them is told which rank holds which steps.
 TEST(ShrinkReshard, SurvivorsWithoutACommonStepAreToldEveryRanksSteps) {
   ScratchDir dir("shrink_steps");
-  auto reformed = SocketMesh::create(3);
-  ASSERT_TRUE(reformed.ok());
+  auto survivors = Survivors::of({3});
+  ASSERT_TRUE(survivors.ok());
   auto exits = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
     auto created = Checkpointer::create(replica_options(dir.path()), group);
     RANK_OK(created);
@@ -312,18 +318,15 @@ TEST(ShrinkReshard, SurvivorsWithoutACommonStepAreToldEveryRanksSteps) {
     RANK_OK(state.register_in(ck->registry(), Layout{4, 1}, rank, 7));
     RANK_OK(ck->save_async(7));
     RANK_OK(ck->wait()->status);
-    if (rank == 3) return 0;
+    if (survivors->lost(rank)) return 0;
     if (rank == 1) {
       ck.reset();
       auto fresh = Checkpointer::create(replica_options(dir.path()), group);
       RANK_OK(fresh);
       ck = std::move(fresh).value();
     }
-    RANK_OK(ck->rebind_shrunk(reformed->take(rank), {0, 1, 2}));
-    ck->registry().clear();
-    state = ModelState();
-    RANK_OK(state.register_in(ck->registry(), Layout{1, 3}, rank, -1));
-    auto moved = ck->reshard_from_memory();
+    auto moved =
+        move_into(*ck, survivors->group(rank), survivors->old_ranks(), state, Layout{1, 3}, rank);
     RANK_CHECK(!moved.ok(), "resharded without a common step");
     const std::string& m = moved.status().message();
     RANK_CHECK(moved.status().code() == StatusCode::kFailedPrecondition &&
@@ -332,7 +335,7 @@ TEST(ShrinkReshard, SurvivorsWithoutACommonStepAreToldEveryRanksSteps) {
                moved.status().to_string());
     return 0;
   });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 // The survivors must agree on who they were: different lists fail on every survivor, naming them.
@@ -351,7 +354,7 @@ TEST(ShrinkReshard, SurvivorsPassingDifferentOldRankListsAreAllRefused) {
         RANK_CHECK(ck.group().size() == 4, "rebound although refused");
         return 0;
       });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 TEST(ShrinkReshard, RefusesAGroupThatIsNotSmallerOrAListThatDoesNotFit) {
@@ -369,10 +372,8 @@ TEST(ShrinkReshard, RefusesAGroupThatIsNotSmallerOrAListThatDoesNotFit) {
 // its device state reaches the new (dp=3) layout through old rank 2's replica in host memory.
 TEST(ShrinkReshardDevice, DeviceTensorsOfALostRankComeBackFromItsBuddysReplica) {
   ScratchDir dir("shrink_device");
-  auto reformed = SocketMesh::create(3);
-  ASSERT_TRUE(reformed.ok());
-  const std::vector<int> renumbered = new_ranks(4, {1});
-  const std::vector<int> survivors = old_ranks(4, {1});
+  auto survivors = Survivors::of({1});
+  ASSERT_TRUE(survivors.ok());
   auto exits = run_ranks(4, [&](int rank, std::shared_ptr<RankGroup> group) {
     // Each forked rank opens its own platform (backend threads do not survive fork).
     auto platform = testing::discrete_platform(1);
@@ -387,9 +388,9 @@ TEST(ShrinkReshardDevice, DeviceTensorsOfALostRankComeBackFromItsBuddysReplica) 
     RANK_OK((*model)->register_in((*ck)->registry(), Layout{2, 2}, rank, 4));
     RANK_OK((*ck)->save_async(4));
     RANK_OK((*ck)->wait()->status);
-    if (rank == 1) return 0;
-    const int new_rank = renumbered[size_t(rank)];
-    RANK_OK((*ck)->rebind_shrunk(reformed->take(new_rank), survivors));
+    if (survivors->lost(rank)) return 0;
+    const int new_rank = survivors->new_rank(rank);
+    RANK_OK((*ck)->rebind_shrunk(survivors->group(rank), survivors->old_ranks()));
     (*ck)->registry().clear();
     auto next = testing::DeviceModel::create(device);
     RANK_OK(next);
@@ -401,7 +402,7 @@ TEST(ShrinkReshardDevice, DeviceTensorsOfALostRankComeBackFromItsBuddysReplica) 
     RANK_CHECK(diff.empty(), "after the shrink: " + diff);
     return 0;
   });
-  expect_every_rank_exited_zero(exits);
+  expect_all_exited_zero(exits);
 }
 
 }  // namespace

@@ -1,14 +1,26 @@
 // Checks inside a forked rank (testing::run_ranks): gtest's assertions do not reach the parent, so
-// a rank prints what failed and returns non-zero, which the parent's exit-code check reports.
-// Header-only; the macros need a `rank` in scope and a function returning int.
+// a rank prints what failed and returns non-zero, which the parent's exit-code check
+// (expect_all_exited_zero) reports. Header-only; the macros need a `rank` in scope and a function
+// returning int.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "support/socket_rank_group.h"
 #include "tessera/common/status.h"
 
 namespace tessera::ckpt::testing {
+
+// In the parent: every rank of run_ranks exited 0 (each failure names the rank and its signal).
+inline void expect_all_exited_zero(const std::vector<RankExit>& exits) {
+  for (size_t r = 0; r < exits.size(); ++r) {
+    EXPECT_EQ(exits[r].code, 0) << "rank " << r << " (signal " << exits[r].signal << ")";
+  }
+}
 
 inline int rank_fail(int rank, const std::string& what) {
   std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());

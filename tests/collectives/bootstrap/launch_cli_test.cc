@@ -21,23 +21,16 @@
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
+#include "support/launchers.h"
 
 namespace {
 
+using tessera::coll::testing::count;
+using tessera::coll::testing::has;
 using tessera::testing::CliRun;
 
 CliRun launch(const std::string& args) {
   return tessera::testing::run_cli(TESSERA_BIN, "launch", args);
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
 }
 
 TEST(LaunchCli, PrefixesEveryLineOfEveryRankOnTheSameStream) {

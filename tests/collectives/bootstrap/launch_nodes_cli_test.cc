@@ -2,82 +2,29 @@
 // loopback endpoint (the namespace tests in tests/multinode do it across real links, as root):
 // torchrun's variables on every node, Slurm's node variables, the job token, a failure on one
 // node stopping the other, and the multi-node options refused with their reason.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
+#include "support/launchers.h"
 
 namespace {
 
+using tessera::coll::testing::free_port;
+using tessera::coll::testing::has;
 using tessera::testing::CliRun;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A port nothing listens on now (bound to port 0 and released).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-struct NodeRun {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs the launchers of nodes 1 and 0 at once (each "ENV... tessera launch ARGS", bounded by 30 s)
-// and returns what each printed and its exit code, node 0 first.
-std::pair<NodeRun, NodeRun> run_two(const std::string& node0, const std::string& node1) {
-  const std::string dir = ::testing::TempDir() + "/tsr_nodes_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  auto line = [&](const std::string& launch, int node) {
-    const std::string base = dir + "/n" + std::to_string(node);
-    return "(" + launch + " >" + base + ".out 2>" + base + ".err; echo $? >" + base + ".code)";
-  };
-  {
-    std::ofstream script(dir + "/run.sh");
-    script << line(node1, 1) << " &\n" << line(node0, 0) << "\nwait\n";
-  }
-  const int status = std::system(("sh " + dir + "/run.sh").c_str());
-  EXPECT_EQ(status, 0);
-  std::pair<NodeRun, NodeRun> runs;
-  for (int node = 0; node < 2; ++node) {
-    NodeRun& r = node == 0 ? runs.first : runs.second;
-    const std::string base = dir + "/n" + std::to_string(node);
-    r.code = std::atoi(slurp(base + ".code").c_str());
-    r.out = slurp(base + ".out");
-    r.err = slurp(base + ".err");
-  }
-  std::filesystem::remove_all(dir);
-  return runs;
+// Both nodes' launchers (each bounded by 30 s), node 0's results first.
+auto run_two(const std::string& node0, const std::string& node1) {
+  return tessera::coll::testing::run_two_launchers(node0, node1, "nodes");
 }
 
 std::string launcher(const std::string& env, const std::string& args) {
-  return env + " timeout -s KILL 30 " + std::string(TESSERA_BIN) + " launch " + args;
+  return tessera::coll::testing::launcher_command(env, TESSERA_BIN, 30, args);
 }
 
 TEST(LaunchNodes, TwoLaunchersFormOneJobThroughNodeZerosStore) {

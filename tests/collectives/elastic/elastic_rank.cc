@@ -16,17 +16,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "tessera/coll/bootstrap.h"
-#include "tessera/coll/communicator.h"
+#include "support/launched_rank.h"
 
 namespace {
 
 using namespace tessera;
 using namespace tessera::coll;
+using testing::checked_allreduce;
+using testing::fail;
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: comparable across local processes
 
 constexpr const char* kKillTimeKey = "elastic_test/kill_ns";
@@ -41,22 +41,6 @@ int64_t now_ns() {
       .count();
 }
 
-// Every rank contributes rank + 1 + step to each element; the sum is known.
-Status checked_allreduce(Communicator& comm, int step, std::vector<float>& buf) {
-  const int n = comm.size();
-  for (float& x : buf) x = float(comm.rank() + 1 + step);
-  Status s = comm.allreduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kSum);
-  if (!s.ok()) return s;
-  const float want = float(n * (n + 1) / 2 + n * step);
-  for (size_t i = 0; i < buf.size(); ++i) {
-    if (buf[i] != want) {
-      return internal_error("step " + std::to_string(step) + ": element " + std::to_string(i) +
-                            " is " + std::to_string(buf[i]) + ", expected " + std::to_string(want));
-    }
-  }
-  return Status();
-}
-
 [[noreturn]] void die(Bootstrap& boot) {
   (void)boot.store().set(kKillTimeKey, std::to_string(now_ns()));
   std::fflush(stdout);
@@ -64,46 +48,26 @@ Status checked_allreduce(Communicator& comm, int step, std::vector<float>& buf) 
   std::abort();
 }
 
-int fail(int rank, const std::string& what, const Status& s) {
-  std::printf("rank %d: %s: %s\n", rank, what.c_str(), s.to_string().c_str());
-  return 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-    if (a == "--victim")
-      f.victim = next();
-    else if (a == "--kill-at")
-      f.kill_at = next();
-    else if (a == "--steps")
-      f.steps = next();
-    else if (a == "--after")
-      f.after = next();
-    else if (a == "--wait-ms")
-      f.wait_ms = next();
-    else if (a == "--count")
-      f.count = next();
-    else if (a == "--kill-again")
-      f.kill_again = true;
-    else {
-      std::printf("unknown flag %s\n", a.c_str());
-      return 1;
-    }
+  if (!testing::parse_flags(argc, argv,
+                            {{"--victim", &f.victim},
+                             {"--kill-at", &f.kill_at},
+                             {"--steps", &f.steps},
+                             {"--after", &f.after},
+                             {"--wait-ms", &f.wait_ms},
+                             {"--count", &f.count}},
+                            {{"--kill-again", &f.kill_again}})) {
+    return 1;
   }
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  auto boot = Bootstrap::from_environment();
-  if (!boot.ok()) return fail(-1, "bootstrap", boot.status());
-  std::shared_ptr<Bootstrap> bootstrap = *boot;
-  const int rank = bootstrap->info().rank;
+  testing::LaunchedRank job;
+  if (int code = testing::join_job(&job); code != 0) return code;
+  const std::shared_ptr<Bootstrap>& bootstrap = job.bootstrap;
+  std::shared_ptr<Communicator>& comm = job.comm;
+  const int rank = job.rank;
   const int generation = bootstrap->info().generation;
-  auto created = Communicator::create(bootstrap);
-  if (!created.ok()) return fail(rank, "communicator", created.status());
-  std::shared_ptr<Communicator> comm = *created;
   std::vector<float> buf(size_t(f.count));
   // A sub-communicator in every generation: its exchanges must not meet the old generation's.
   auto halves = [&](int step) -> Status {
@@ -135,9 +99,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     // The recovery sequence a trainer runs (docs/COLLECTIVES.md, "Elastic recovery").
-    comm->abort("rank " + std::to_string(rank) + " re-forms after: " + error.message());
-    comm.reset();  // an aborted communicator is destroyed without waiting for anyone
-    auto next = bootstrap->next_generation(std::chrono::milliseconds(f.wait_ms));
+    auto next = testing::leave_generation(job, error, std::chrono::milliseconds(f.wait_ms));
     if (!next.ok()) return fail(rank, "next_generation", next.status());
     auto again = Communicator::create(bootstrap);
     if (!again.ok())

@@ -4,74 +4,32 @@
 // on node 0 alone: its ranks get generation 1 as ranks 0 and 1 of 2 (old ranks 0,1), allreduce
 // across the two, and the job exits 0 naming the lost node. With --nnodes 2:2 the same loss fails
 // the job naming the node and the minimum. Node 0 notices the loss after 10 s of silence.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "support/launchers.h"
+
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A port nothing listens on now (bound to port 0 and released).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-struct NodeRun {
-  int code = -1;
-  std::string out, err;
-};
+using tessera::coll::testing::has;
+using tessera::coll::testing::NodeRun;
 
 // Both launchers of a `--nnodes NNODES --nproc-per-node 2` job running shrink_rank, each bounded
 // by 60 s; what node 0 printed and its exit code.
 NodeRun run_node_loss(const std::string& nnodes, const std::string& rank_flags) {
-  const std::string dir = ::testing::TempDir() + "/tsr_shrink_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  namespace t = tessera::coll::testing;
   const std::string token = "TESSERA_STORE_TOKEN=shrink-test-" + std::to_string(::getpid());
   const std::string opts = "--nnodes " + nnodes + " --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
-                           std::to_string(free_port()) + " --rdzv-timeout-s 20 --timeout-s 50";
-  auto line = [&](int node) {
-    const std::string base = dir + "/n" + std::to_string(node);
-    return "(" + token + " timeout -s KILL 60 " + TESSERA_BIN + " launch " + opts +
-           " --node-rank " + std::to_string(node) + " -- " + SHRINK_RANK_BIN + " " + rank_flags +
-           " >" + base + ".out 2>" + base + ".err; echo $? >" + base + ".code)";
+                           std::to_string(t::free_port()) + " --rdzv-timeout-s 20 --timeout-s 50";
+  auto node = [&](int n) {
+    return t::launcher_command(
+        token, TESSERA_BIN, 60,
+        opts + " --node-rank " + std::to_string(n) + " -- " + SHRINK_RANK_BIN + " " + rank_flags);
   };
-  {
-    std::ofstream script(dir + "/run.sh");
-    script << line(1) << " &\n" << line(0) << "\nwait\n";
-  }
-  EXPECT_EQ(std::system(("sh " + dir + "/run.sh").c_str()), 0);
-  NodeRun r;
-  r.code = std::atoi(slurp(dir + "/n0.code").c_str());
-  r.out = slurp(dir + "/n0.out");
-  r.err = slurp(dir + "/n0.err");
-  std::filesystem::remove_all(dir);
-  return r;
+  return t::run_two_launchers(node(0), node(1), "shrink").first;
 }
 
 TEST(NodeLoss, SurvivorsReformOnFewerNodesAndTheJobExitsZero) {
