@@ -2,7 +2,8 @@
 # bench/gpu_check.sh: the CUDA backend on a real NVIDIA GPU, in one go (well under 8 minutes).
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS; NCCL optional), CMake >= 3.25 and Ninja: no hwloc,
-# UCX, Google Benchmark or Debian -dev packages (GoogleTest is vendored in third_party/).
+# UCX, Google Benchmark or Debian -dev packages (GoogleTest, nlohmann-json, CLI11, xxhash and zstd's
+# headers are copied in third_party/; zstd's library is the base system's libzstd.so.1).
 #   1. configures a minimal build (HAL, CUDA backend, CTS, tessera-cuda-bench) for this GPU's
 #      architecture only, and builds just those targets;
 #   2. runs the conformance suite: tessera-cts --backend cuda, with the kernel-module tests on the
@@ -18,13 +19,23 @@
 #   4b. the GPT trainer's kernels (examples/trainer/gpt) from their CUDA image (fatbin SASS for
 #      this GPU, else PTX) against the same double-precision references and finite differences
 #      as on the host backend (tessera_gpt_kernels_test, TESSERA_TEST_BACKEND=cuda);
-#   5. when the tools are built (CLI11 and nlohmann-json found, as on a Debian machine after
-#      scripts/setup.sh): `tessera bench coll` allreduce 64 MiB, 2 ranks, device memory, staged and
-#      (one GPU per rank) native, next to host memory.
-# Results (cts.log, bench.md, bench.json, coll_*.log, build.log) go to $OUT when set, else
-# <build>/gpu_check.
+#   4c. a short GPT training run on the GPU: the 1-rank model tests (gradients against finite
+#      differences, loss falling, bitwise repetition: tessera_gpt_model_test, TESSERA_TEST_BACKEND=
+#      cuda), then tessera-gpt-train --backend cuda, 20 steps of demo-llama on one GPU and, through
+#      `tessera launch`, on 2 ranks sharing it (dp 2, staged route), with --json-summary: the loss
+#      must fall; tokens/s printed (gpt_train_*.log, gpt_train.md);
+#   5. when the tools are built: `tessera bench coll` allreduce 64 MiB, 2 ranks, device memory,
+#      staged and (one GPU per rank) native, next to host memory.
+# Results (cts.log, bench.md, bench.json, coll_*.log, gpt_*.log, gpt_train.md, build.log) go to
+# $OUT when set, else <build>/gpu_check. They are more than 8 files: where only 8 come back from
+# $OUT, run `OUT= BUILD_DIR=/tmp/gc bench/gpu_check.sh; tar czf "$OUT/gpu_check.tgz" -C /tmp/gc
+# gpu_check`.
 #
 #   bench/gpu_check.sh [--build-only]      BUILD_DIR=... JOBS=... CUDA_ARCH="90" to override
+#
+# GPU_CHECK_HIDE_DEBIAN=1 configures as if none of Debian's -dev packages were installed (to check
+# on a Debian machine, without a GPU, that the tree builds on the GPU machine: --build-only): the
+# packages' find_package, pkg-config and /usr/include, /usr/lib/<triplet> are hidden from CMake.
 #
 # Exit status: 0 all passed, 1 a step failed, 2 no CUDA device (the reason is printed).
 set -euo pipefail
@@ -66,23 +77,53 @@ NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 say "GPU architecture(s) ${CUDA_ARCH}, nvcc $NVCC, $JOBS jobs, results in $RESULTS"
 
 # ---- 1. build -----------------------------------------------------------------------------------
+hide=()
+if [[ "${GPU_CHECK_HIDE_DEBIAN:-0}" == 1 ]]; then
+  triplet=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+  for pkg in nlohmann_json CLI11 GTest benchmark BLAS; do
+    hide+=("-DCMAKE_DISABLE_FIND_PACKAGE_$pkg=ON")
+  done
+  hide+=(-DTESSERA_WITH_HWLOC=OFF -DTESSERA_WITH_UCX=OFF
+         "-DCMAKE_IGNORE_PATH=/usr/include;/usr/include/$triplet;/usr/lib/$triplet;/lib/$triplet")
+  # CUDA's static runtime needs librt (libc6-dev, present on the GPU machine): hidden above, named.
+  for rt in /usr/lib/"$triplet"/librt.{so,a}; do
+    [[ -e "$rt" ]] && { hide+=("-DCUDAToolkit_rt_LIBRARY=$rt"); break; }
+  done
+  export PKG_CONFIG_LIBDIR=/nonexistent  # hwloc, UCX, zstd, xxhash
+  say "hiding Debian's -dev packages: ${hide[*]}"
+fi
 say "configuring $BUILD_DIR"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${hide[@]+"${hide[@]}"} \
   -DCMAKE_CUDA_COMPILER="$NVCC" \
-  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON \
+  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS=ON -DTESSERA_WITH_PYTHON=OFF \
   -DTESSERA_BACKEND_CUDA=ON -DTESSERA_BACKEND_HIP=OFF -DTESSERA_BACKEND_LEVEL_ZERO=OFF \
   -DTESSERA_CUDA_ARCHITECTURES="$CUDA_ARCH" -DTESSERA_CTS_CUDA_ARCHITECTURES="$CUDA_ARCH" \
   -DTESSERA_GPT_CUDA_ARCHITECTURES="$CUDA_ARCH" \
   >"$RESULTS/build.log" 2>&1 ||
   { tail -30 "$RESULTS/build.log"; exit 1; }
-# The tools need CLI11 and nlohmann-json (absent on a bare GPU machine): build them when configured.
+# The tools and the GPT trainer build from the copies in third_party/ where Debian's packages are
+# absent; a target that is still not configured (the build log says why) leaves its step out.
 targets=(tessera-cts tessera-backend-cuda tessera-cuda-bench coll_correctness_test
          coll_correctness_rank tessera_cts_kernels_cuda tessera_gpt_kernels_test)
+configured=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed -n 's/^\([^ :]*\): .*/\1/p')
+have() { grep -qx -- "$1" <<<"$configured"; }
 HAVE_TOOLS=0
-if ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tessera: '; then
+if have tessera; then
   HAVE_TOOLS=1
   targets+=(tessera tessera-backend-host)
 fi
+HAVE_GPT_TESTS=0
+if have tessera_gpt_model_test; then
+  HAVE_GPT_TESTS=1
+  targets+=(tessera_gpt_model_test)
+fi
+HAVE_GPT_TRAIN=0
+if have tessera-gpt-train; then
+  HAVE_GPT_TRAIN=1
+  targets+=(tessera-gpt-train)
+fi
+say "configured: tools $HAVE_TOOLS, GPT model tests $HAVE_GPT_TESTS," \
+    "tessera-gpt-train $HAVE_GPT_TRAIN"
 say "building ${targets[*]}"
 ninja -C "$BUILD_DIR" -j "$JOBS" "${targets[@]}" \
   >>"$RESULTS/build.log" 2>&1 || { tail -30 "$RESULTS/build.log"; exit 1; }
@@ -163,6 +204,77 @@ else
   grep -E '^\[  FAILED  \]|Failure|error' "$RESULTS/gpt_kernels.log" | head -20 || true
 fi
 
+# ---- 4c. a short GPT training run on the GPU ---------------------------------------------------
+if [[ $HAVE_GPT_TESTS == 1 ]]; then
+  # The 1-rank tests (the forked tp/dp/pp ones compare ranks on host devices).
+  say "GPT model on cuda, 1 rank (tessera_gpt_model_test: gradients, training, repetition)"
+  if TESSERA_TEST_BACKEND=cuda timeout 300 "$BUILD_DIR/bin/tessera_gpt_model_test" \
+     --gtest_filter='GptConfig.*:Tiny/GptGradient.*:GptGradient.*:GptTraining.*' \
+     >"$RESULTS/gpt_model.log" 2>&1; then
+    say "  passed: $(grep -E '^\[  PASSED  \]' "$RESULTS/gpt_model.log" | head -1)"
+    grep -E '^(step [0-9]+ loss|gradient check)' "$RESULTS/gpt_model.log" | sed 's/^/    /' || true
+  else
+    status=1
+    say "  FAILED; the first failures:"
+    grep -E '^\[  FAILED  \]|Failure|error' "$RESULTS/gpt_model.log" | head -20 || true
+  fi
+else
+  status=1
+  say "GPT model tests not built (tessera_gpt_model_test not configured: see $RESULTS/build.log)"
+fi
+if [[ $HAVE_GPT_TRAIN == 1 ]]; then
+  gpt_train="$BUILD_DIR/bin/tessera-gpt-train"
+  # demo-llama (4 layers, hidden 64, `tessera demo`'s model): 20 steps at lr 1e-2 take it from
+  # log(256) = 5.55 nats to about 3.3 on the host backend (the check asks for 0.5 nats less).
+  gpt_args=(--backend cuda --config "$ROOT/examples/trainer/configs/demo-llama.json" --steps 20
+            --micro-batch 16 --seq 64 --lr 1e-2 --json-summary)
+  echo "| run | first loss | last loss | tokens/s | median step ms |" >"$RESULTS/gpt_train.md"
+  echo "| --- | --- | --- | --- | --- |" >>"$RESULTS/gpt_train.md"
+  gpt_run() {  # gpt_run LABEL COMMAND...: the loss must fall from step 1 to step 20
+    local label=$1 log="$RESULTS/gpt_train_$1.log"
+    shift
+    say "tessera-gpt-train on cuda: $label (demo-llama, 20 steps of 16 x 64 tokens per rank)"
+    local rc=0
+    timeout 180 "$@" >"$log" 2>&1 || rc=$?
+    if [[ $rc != 0 ]]; then
+      status=1
+      say "  FAILED (exit $rc):"
+      tail -8 "$log" | sed 's/^/    /'
+      return
+    fi
+    local first last summary
+    # rank 0's lines (under `tessera launch` prefixed "[rank 0] ")
+    first=$(grep -m1 -oE '^(\[rank 0\] )?step 1 loss [0-9.]+' "$log" | awk '{print $NF}')
+    last=$(grep -oE '^(\[rank 0\] )?step [0-9]+ loss [0-9.]+' "$log" | tail -1 | awk '{print $NF}')
+    summary=$(grep -m1 -E '^(\[rank 0\] )?\{"summary"' "$log" || true)
+    local tps med
+    tps=$(sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p' <<<"$summary")
+    med=$(sed -n 's/.*"step_s_median": \([0-9.]*\).*/\1/p' <<<"$summary")
+    med=$(awk -v s="${med:-0}" 'BEGIN{printf "%.2f", s*1e3}')
+    echo "| $label | $first | $last | $tps | $med |" >>"$RESULTS/gpt_train.md"
+    if [[ -z "$first" || -z "$last" || -z "$summary" ]] ||
+       ! awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.5)}'; then
+      status=1
+      say "  FAILED: no summary, or the loss did not fall by 0.5 nats" \
+          "(step 1 ${first:-?}, last ${last:-?})"
+    else
+      say "  loss $first -> $last, $tps tokens/s"
+    fi
+  }
+  gpt_run 1rank "$gpt_train" "${gpt_args[@]}"
+  if [[ $HAVE_TOOLS == 1 ]]; then
+    # Two ranks on one GPU: NCCL refuses that, so the dp allreduce takes the staged route.
+    gpt_run 2ranks-staged env TESSERA_COLL_DEVICE_PATH=staged TESSERA_LOG=info \
+      "$BUILD_DIR/bin/tessera" launch -n 2 -- "$gpt_train" "${gpt_args[@]}"
+  else
+    say "tessera-gpt-train on 2 ranks not run: no launcher (the tessera command is not built)"
+  fi
+  cat "$RESULTS/gpt_train.md"
+else
+  status=1
+  say "tessera-gpt-train not built (not configured: see $RESULTS/build.log)"
+fi
+
 # ---- 5. tessera bench coll ------------------------------------------------------------------------
 if [[ $HAVE_TOOLS == 1 ]]; then
   bench_coll() {  # bench_coll LABEL ENV... -- ARGS... (2 ranks, allreduce 64 MiB)
@@ -182,7 +294,7 @@ if [[ $HAVE_TOOLS == 1 ]]; then
     bench_coll device-native TESSERA_COLL_DEVICE_PATH=native -- -G 1
   fi
 else
-  say "tessera bench coll not run: the tools need CLI11 and nlohmann-json (scripts/setup.sh)"
+  say "tessera bench coll not run: the tessera command is not built (see $RESULTS/build.log)"
 fi
 
 {

@@ -39,12 +39,24 @@ else()
   set(TESSERA_HAVE_BLAS OFF)
 endif()
 
+# nlohmann-json and CLI11 (header-only): Debian's packages (scripts/setup.sh), else the copies in
+# third_party/ (a GPU machine without Debian's -dev packages: bench/gpu_check.sh). The fallbacks are
+# IMPORTED GLOBAL targets of the packages' own names, so every directory sees them and users test
+# `TARGET nlohmann_json::nlohmann_json`, not nlohmann_json_FOUND.
+# tessera_vendored_headers(<target> <third_party dir> <package>): the fallback target.
+function(tessera_vendored_headers target dir package)
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
+                                             ${PROJECT_SOURCE_DIR}/third_party/${dir}/include)
+  message(STATUS "Tessera: ${package} not found; using the copy in third_party/${dir}")
+endfunction()
+find_package(nlohmann_json QUIET)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  tessera_vendored_headers(nlohmann_json::nlohmann_json nlohmann_json nlohmann-json)
+endif()
 if(TESSERA_BUILD_TOOLS)
-  find_package(nlohmann_json QUIET)
   find_package(CLI11 QUIET)
-  if(NOT nlohmann_json_FOUND OR NOT CLI11_FOUND)
-    message(STATUS "Tessera: tools off (nlohmann_json found: ${nlohmann_json_FOUND}, "
-                   "CLI11 found: ${CLI11_FOUND}); run scripts/setup.sh to install them")
-    set(TESSERA_BUILD_TOOLS OFF)
+  if(NOT TARGET CLI11::CLI11)
+    tessera_vendored_headers(CLI11::CLI11 cli11 CLI11)
   endif()
 endif()

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -45,20 +46,24 @@ struct DeviceEnv {
   std::optional<GptKernels> kernels;
 };
 
-// Opens host:0 with a stream and the kernels; nullopt after printing why.
+// Opens device 0 of TESSERA_TEST_BACKEND (host when unset; bench/gpu_check.sh sets cuda) with a
+// stream and the kernels; nullopt after printing why.
 inline std::optional<DeviceEnv> open_device() {
+  const char* chosen = std::getenv("TESSERA_TEST_BACKEND");
+  const std::string backend = chosen != nullptr && *chosen != '\0' ? chosen : "host";
   DeviceEnv env;
   hal::PlatformOptions options;
-  options.registry.selection = "host";
+  options.registry.selection = backend;
   auto platform = hal::Platform::create(options);
   if (!platform.ok()) {
-    std::fprintf(stderr, "platform: %s\n", platform.status().to_string().c_str());
+    std::fprintf(stderr, "platform (%s): %s\n", backend.c_str(),
+                 platform.status().to_string().c_str());
     return std::nullopt;
   }
   env.platform = *platform;
-  auto device = env.platform->device("host", 0);
+  auto device = env.platform->device(backend, 0);
   if (!device.ok()) {
-    std::fprintf(stderr, "device: %s\n", device.status().to_string().c_str());
+    std::fprintf(stderr, "device %s:0: %s\n", backend.c_str(), device.status().to_string().c_str());
     return std::nullopt;
   }
   env.device.emplace(*device);
