@@ -111,6 +111,8 @@ class GptSessionTrainer final : public SessionTrainer {
     o.micro_batches = options_.global_batch / (p.dp * o.micro_batch);
     o.seed = options_.seed;
     o.zero = p.zero;
+    o.vp = p.vp;
+    o.sp = p.sp;
     o.overlap = p.zero == 0 && p.dp > 1 && p.pp == 1;
     o.adamw.lr = options_.adam.lr;
     o.adamw.decay_steps = options_.steps;
@@ -134,6 +136,11 @@ Result<gpt::ParamLayout> shard_layout(const gpt::GptConfig& config, const TrainP
   const int tp_rank = rank % p.tp, pp_rank = rank / (p.tp * p.dp);
   TSR_ASSIGN_OR_RETURN(gpt::ParamLayout layout, gpt::make_layout(config, tp_rank, p.tp));
   if (p.pp == 1) return layout;
+  if (p.vp > 1) {  // the stage's chunks under the interleaved schedule (stage.h)
+    TSR_ASSIGN_OR_RETURN(std::vector<gpt::StageRange> chunks,
+                         gpt::stage_chunks(config.layers, pp_rank, p.pp, p.vp));
+    return gpt::stage_layout(layout, chunks);
+  }
   TSR_ASSIGN_OR_RETURN(gpt::StageRange range, gpt::stage_range(config.layers, pp_rank, p.pp));
   return gpt::stage_layout(layout, range);
 }

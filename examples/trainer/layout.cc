@@ -19,6 +19,8 @@ std::string plan_text(const TrainPlan& plan) {
       s += (i ? "+" : "") + std::to_string(plan.stage_blocks[i]);
     }
   }
+  if (plan.vp > 1) s += " vp=" + std::to_string(plan.vp);
+  if (plan.sp) s += " sp=1";
   return s;
 }
 
@@ -84,12 +86,14 @@ Result<TrainPlan> parse_plan(std::string_view text) {
     if (!n.ok() || *n < 0) {
       return invalid_argument("plan: " + k + "='" + v + "' is not a non-negative integer");
     }
-    if (k != "tp" && k != "pp" && k != "dp" && k != "zero" && k != "mbs") {
-      return invalid_argument("plan: unknown key '" + k + "' (tp, pp, dp, zero, mbs, stages)");
+    if (k != "tp" && k != "pp" && k != "dp" && k != "zero" && k != "mbs" && k != "vp" &&
+        k != "sp") {
+      return invalid_argument("plan: unknown key '" + k +
+                              "' (tp, pp, dp, zero, mbs, stages, vp, sp)");
     }
-    // Degrees at least 1 (0 is refused here, not later as an empty job); zero and mbs from 0.
-    const int64_t min = k == "zero" || k == "mbs" ? 0 : 1;
-    const int64_t max = k == "zero" ? 3 : k == "mbs" ? INT_MAX : kMaxPlanDegree;
+    // Degrees at least 1 (0 is refused here, not later as an empty job); zero, mbs, sp from 0.
+    const int64_t min = k == "zero" || k == "mbs" || k == "sp" ? 0 : 1;
+    const int64_t max = k == "zero" ? 3 : k == "sp" ? 1 : k == "mbs" ? INT_MAX : kMaxPlanDegree;
     if (*n < min || *n > max) {
       return invalid_argument("plan: " + k + "=" + v + " is not in " + std::to_string(min) + ".." +
                               std::to_string(max));
@@ -102,6 +106,10 @@ Result<TrainPlan> parse_plan(std::string_view text) {
       plan.dp = int(*n);
     } else if (k == "zero") {
       plan.zero = int(*n);
+    } else if (k == "vp") {
+      plan.vp = int(*n);
+    } else if (k == "sp") {
+      plan.sp = *n == 1;
     } else {
       plan.mbs = *n;
     }
@@ -172,15 +180,17 @@ void fit_trainer_microbatches(TrainPlan* p, int64_t batch, int64_t blocks, bool 
 }
 
 Result<TrainPlan> plan_from_planner(const plan::Plan& p) {
-  if (p.cp != 1 || p.ep != 1 || p.vp != 1 || p.sp) {
+  if (p.cp != 1 || p.ep != 1) {
     return invalid_argument("plan " + plan::plan_summary(p) +
-                            ": the trainer runs cp=1 ep=1 vp=1 sp=0 only");
+                            ": the trainers run cp=1 ep=1 only (tessera-gpt-train takes --ep)");
   }
   TrainPlan t;
   t.tp = p.tp;
   t.pp = p.pp;
   t.dp = p.dp;
-  t.zero = p.zero > 0 ? 1 : 0;
+  t.vp = p.vp;
+  t.sp = p.sp;
+  t.zero = p.zero;  // as planned: the MLP trainer refuses 2 and 3 by name, never runs them as 1
   t.mbs = p.mbs;
   t.stage_blocks = p.stage_blocks;
   return t;
@@ -192,6 +202,8 @@ plan::Plan to_planner_plan(const TrainPlan& t, int64_t global_batch) {
   p.pp = t.pp;
   p.dp = t.dp;
   p.zero = t.zero;
+  p.vp = t.vp;
+  p.sp = t.sp;
   const int64_t local = global_batch / std::max(1, t.dp);
   p.mbs = int(t.mbs > 0 ? t.mbs : local);
   p.num_microbatches = p.mbs > 0 ? local / p.mbs : 1;
@@ -208,7 +220,14 @@ Status validate_plan(const TrainPlan& plan, const ModelSpec& spec, int64_t globa
     return invalid_argument(what + "tp*pp*dp = " + std::to_string(plan.world()) +
                             " but the job has " + std::to_string(world) + " ranks");
   }
-  if (plan.zero != 0 && plan.zero != 1) return invalid_argument(what + "zero must be 0 or 1");
+  if (plan.zero != 0 && plan.zero != 1) {
+    return invalid_argument(what + "zero must be 0 or 1 for the MLP trainer (zero 2 and 3: the " +
+                            "GPT trainer, --gpt-config)");
+  }
+  if (plan.vp != 1 || plan.sp) {
+    return invalid_argument(what + "the MLP trainer runs vp=1 sp=0 only (the GPT trainer takes " +
+                            "them: --gpt-config)");
+  }
   if (spec.ffn_size() % plan.tp != 0) {
     return invalid_argument(what + "tp does not divide the ffn size " +
                             std::to_string(spec.ffn_size()));

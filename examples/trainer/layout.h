@@ -21,9 +21,15 @@ namespace tessera::trainer {
 
 struct TrainPlan {
   int tp = 1, pp = 1, dp = 1;
-  int zero = 0;     // 0 or 1 (ZeRO-1: Adam state sharded over DP through the overlap engine)
+  // The MLP trainer: 0 or 1 (ZeRO-1: Adam state sharded over DP through the overlap engine);
+  // the GPT trainer: 0..3 (examples/trainer/gpt/zero.h).
+  int zero = 0;
   int64_t mbs = 0;  // micro-batch size; 0: the whole per-DP-rank batch in one micro-batch
   std::vector<int> stage_blocks;  // blocks per stage; empty: as even as possible, earlier larger
+  // GPT trainer only (the MLP trainer refuses them by name): virtual pipeline stages per rank
+  // (Megatron's interleaved 1F1B) and sequence parallelism over tp.
+  int vp = 1;
+  bool sp = false;
   int world() const { return tp * pp * dp; }
 };
 
@@ -33,14 +39,16 @@ struct TrainPlan {
 inline constexpr int64_t kMaxPlanDegree = int64_t{1} << 20;
 inline constexpr int64_t kMaxPlanRanks = int64_t{1} << 24;
 
-// "tp=2 pp=2 dp=1 zero=0 mbs=4 stages=2,2"
+// "tp=2 pp=2 dp=1 zero=0 mbs=4 stages=2,2" (then " vp=2", " sp=1" where set)
 std::string plan_text(const TrainPlan& plan);
-// "tp=2,pp=2,dp=1,zero=1,mbs=4,stages=2+2" (any subset; others keep their defaults).
+// "tp=2,pp=2,dp=1,zero=1,mbs=4,stages=2+2,vp=2,sp=1" (any subset; others keep their defaults).
 Result<TrainPlan> parse_plan(std::string_view text);
 // The first plan of `tessera plan --json` output, or a bare plan object with the same keys
 // (tp, pp, dp, zero, mbs, stage_layers). `source` names the file in errors.
 Result<TrainPlan> plan_from_json(std::string_view json_text, std::string_view source);
-// A planner plan to what the trainer runs (cp, ep, vp, sp must be 1/off; zero > 1 maps to 1).
+// A planner plan to what the trainers run: cp and ep must be 1 (refused naming them); tp, pp,
+// dp, vp, sp, zero, mbs and the stage split are taken as they are (the MLP trainer then refuses
+// vp > 1, sp and zero > 1 by name: validate_plan).
 Result<TrainPlan> plan_from_planner(const plan::Plan& p);
 plan::Plan to_planner_plan(const TrainPlan& plan, int64_t global_batch);
 

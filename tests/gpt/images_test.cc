@@ -1,5 +1,5 @@
 // The GPU images' kernel source, run on the CPU (images_test.h), against the host image's kernels:
-// every kernel of kernels.h, f32 and bf16, at several launch geometries.
+// every kernel of kernels.h, f32, bf16 and f16, at several launch geometries.
 #include "images_test.h"
 
 namespace tessera::gpt::testing {

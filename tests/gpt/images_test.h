@@ -1,7 +1,7 @@
 // The emulator behind images_test.cc: the GPU images' kernels run on the CPU. The source the CUDA
 // fatbin/PTX and the SPIR-V compile (examples/trainer/gpt/kernels/gpu/*.inc) under a third prelude
 // that runs each block as real threads sharing one scratch array and a std::barrier, blocks one
-// after another. Every kernel is compared, on random inputs and in f32 and bf16, with the host
+// after another. Every kernel is compared, on random inputs and in f32, bf16 and f16, with the host
 // image's kernel of the same name (examples/trainer/gpt/kernels/host, which
 // tessera_gpt_kernels_test checks against double references), at several geometries: one thread;
 // blocks smaller than a row, a head_dim or a chunk of keys; full 256-thread blocks. A second run at
@@ -71,6 +71,17 @@ inline uint16_t tsr_f32_to_bf16(float v) {
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return uint16_t(bits >> 16);
 }
+// f16 as vload_half / vstore_half_rte and cuda_fp16's __float2half_rn convert it (exact widening,
+// round to nearest even): the host image's conversion, which follows IEEE the same way.
+inline float tsr_f16_to_f32(uint16_t bits) {
+  const host::F16 h{bits};
+  return host::load(&h);
+}
+inline uint16_t tsr_f32_to_f16(float v) {
+  host::F16 h{0};
+  host::store(&h, v);
+  return h.bits;
+}
 
 #include "gpt_attention.inc"  // each kernel file includes gpt_common.inc
 #include "gpt_layers.inc"
@@ -79,7 +90,7 @@ inline uint16_t tsr_f32_to_bf16(float v) {
 
 namespace tessera::gpt::testing {
 
-constexpr uint32_t kF32 = TSR_DTYPE_F32, kBf16 = TSR_DTYPE_BF16;
+constexpr uint32_t kF32 = TSR_DTYPE_F32, kBf16 = TSR_DTYPE_BF16, kF16 = TSR_DTYPE_F16;
 
 struct Geometry {
   uint32_t grid, block;
@@ -141,16 +152,17 @@ inline std::vector<float> random_values(size_t n, uint64_t seed, float low = -1.
   return v;
 }
 
-// Activations in f32 or bf16 bytes.
+// Activations in f32, bf16 or f16 bytes.
 struct Act {
   std::vector<unsigned char> bytes;
   uint32_t dtype;
   Act(const std::vector<float>& values, uint32_t type) : dtype(type) {
-    const size_t each = dtype == kBf16 ? 2 : 4;
+    const size_t each = dtype == kF32 ? 4 : 2;
     bytes.resize(values.size() * each);
     for (size_t i = 0; i < values.size(); ++i) {
-      if (dtype == kBf16) {
-        const uint16_t b = gpu::tsr_f32_to_bf16(values[i]);
+      if (dtype != kF32) {
+        const uint16_t b =
+            dtype == kBf16 ? gpu::tsr_f32_to_bf16(values[i]) : gpu::tsr_f32_to_f16(values[i]);
         std::memcpy(&bytes[i * 2], &b, 2);
       } else {
         std::memcpy(&bytes[i * 4], &values[i], 4);
@@ -159,12 +171,12 @@ struct Act {
   }
   void* data() { return bytes.data(); }
   std::vector<float> values() const {
-    std::vector<float> out(bytes.size() / (dtype == kBf16 ? 2 : 4));
+    std::vector<float> out(bytes.size() / (dtype == kF32 ? 4 : 2));
     for (size_t i = 0; i < out.size(); ++i) {
-      if (dtype == kBf16) {
+      if (dtype != kF32) {
         uint16_t b;
         std::memcpy(&b, &bytes[i * 2], 2);
-        out[i] = gpu::tsr_bf16_to_f32(b);
+        out[i] = dtype == kBf16 ? gpu::tsr_bf16_to_f32(b) : gpu::tsr_f16_to_f32(b);
       } else {
         std::memcpy(&out[i], &bytes[i * 4], 4);
       }
@@ -187,13 +199,14 @@ inline void append(std::vector<float>& out, const std::vector<int32_t>& more) {
 using Case = std::function<std::vector<float>(const Target&)>;
 
 inline void expect_gpu_matches_host(const std::string& what, uint32_t dtype, const Case& run_case) {
-  SCOPED_TRACE(what + (dtype == kBf16 ? " (bf16)" : " (f32)"));
+  SCOPED_TRACE(what + (dtype == kBf16 ? " (bf16)" : dtype == kF16 ? " (f16)" : " (f32)"));
   const std::vector<float> want = run_case(Target{});
   double scale = 0.0;
   for (float w : want) scale = std::max(scale, std::abs(double(w)));
-  // bf16 outputs may differ by one bf16 step where the f32 sums (taken in another order) round
-  // differently.
-  const double rtol = dtype == kBf16 ? 8e-3 : 1e-4, atol = (dtype == kBf16 ? 8e-3 : 1e-5) * scale;
+  // bf16 (f16) outputs may differ by one bf16 (f16) step where the f32 sums (taken in another
+  // order) round differently: 2^-8 (2^-11) relative.
+  const double rtol = dtype == kBf16 ? 8e-3 : dtype == kF16 ? 1e-3 : 1e-4;
+  const double atol = (dtype == kBf16 ? 8e-3 : dtype == kF16 ? 1e-3 : 1e-5) * scale;
   for (const Geometry& g : kGeometries) {
     const std::vector<float> got = run_case(Target{&g});
     ASSERT_EQ(got.size(), want.size());
@@ -215,7 +228,7 @@ inline void expect_gpu_matches_host(const std::string& what, uint32_t dtype, con
 }
 
 inline void for_each_dtype(const std::string& what, const std::function<Case(uint32_t)>& make) {
-  for (uint32_t dtype : {kF32, kBf16}) expect_gpu_matches_host(what, dtype, make(dtype));
+  for (uint32_t dtype : {kF32, kBf16, kF16}) expect_gpu_matches_host(what, dtype, make(dtype));
 }
 
 }  // namespace tessera::gpt::testing

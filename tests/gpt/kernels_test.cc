@@ -1,6 +1,6 @@
 // Every GptKernels kernel against a plain double-precision reference written here from the
-// contract (examples/trainer/gpt/kernels.h), for f32 and bf16 activations, at odd sizes. Inputs
-// are rounded to the activation type before the reference sees them.
+// contract (examples/trainer/gpt/kernels.h), for f32, bf16 and f16 activations, at odd sizes.
+// Inputs are rounded to the activation type before the reference sees them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -297,8 +297,8 @@ TEST_P(DtypeTest, AttentionMatchesTheExactReferenceForMhaAndGqa) {
     expect_ok(k().attention_backward(s(), dq_in, dk_in, dv_in, out, a().act(dout, dtype()), lse,
                                      delta, dq, dk, dv, ref.batch, ref.seq, ref.heads, kv_heads,
                                      ref.head_dim, scale, dtype()));
-    // bf16: delta = dout . out reads the bf16-rounded out, hence the looser bound.
-    const double tol = dtype() == kBf16 ? 1.0 / 32 : 1e-4;
+    // bf16 (f16): delta = dout . out reads the rounded out, hence the looser bound.
+    const double tol = dtype() == kBf16 ? 1.0 / 32 : dtype() == kF16 ? 1.0 / 256 : 1e-4;
     EXPECT_TRUE(close("dq", a().read_act(dq, q_size, dtype()), ref.dq, tol, tol));
     EXPECT_TRUE(close("dk", a().read_act(dk, kv_size, dtype()), ref.dk, tol, tol));
     EXPECT_TRUE(close("dv", a().read_act(dv, kv_size, dtype()), ref.dv, tol, tol));
@@ -452,7 +452,7 @@ TEST_P(DtypeTest, AdamwUpdatesMasterWeightsAndWritesTheWorkingCopy) {
   expect_ok(s().synchronize());
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, DtypeTest, ::testing::Values(kF32, kBf16), dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(Dtypes, DtypeTest, ::testing::Values(kF32, kBf16, kF16), dtype_param_name);
 
 }  // namespace
 }  // namespace tessera::gpt::testing

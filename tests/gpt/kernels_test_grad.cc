@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <string_view>
 #include <vector>
 
@@ -290,7 +292,7 @@ TEST_F(GptGradients, CombineGradientsMatchFiniteDifferences) {
 class GptKernelsRuns : public KernelsTest {};
 
 TEST_F(GptKernelsRuns, RepeatRunsAreBitwiseEqual) {
-  for (uint32_t dtype : {kF32, kBf16}) {
+  for (uint32_t dtype : {kF32, kBf16, kF16}) {
     SCOPED_TRACE(dtype_name(dtype));
     const size_t batch = 2, seq = 9, heads = 4, kv_heads = 2, head_dim = 16;
     const size_t q_size = batch * seq * heads * head_dim, kv_size = q_size / 2;
@@ -325,6 +327,54 @@ TEST_F(GptKernelsRuns, RepeatRunsAreBitwiseEqual) {
     const auto first = run(), second = run();
     ASSERT_EQ(first.size(), second.size());
     EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+  }
+}
+
+TEST_F(GptKernelsRuns, F16StoresRoundToNearestEvenAndOverflowToInfinity) {
+  // Every input is an exact f16; each sum is what the store must round: two ties to even, the
+  // largest finite f16 kept, and the first values past it (65520 ties up) becoming infinities.
+  const float u = std::ldexp(1.0f, -11), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1.0f, 1.0f + 2 * u, 65504.0f, 65504.0f, 60000.0f, -60000.0f, 3.0f};
+  const std::vector<float> y = {u, u, 8.0f, 16.0f, 10000.0f, -10000.0f, 0.25f};
+  const std::vector<float> want = {1.0f, 1.0f + 4 * u, 65504.0f, inf, inf, -inf, 3.25f};
+  void* out = a().act_zeros(x.size(), kF16);
+  expect_ok(k().add(s(), a().act(x, kF16), a().act(y, kF16), out, x.size(), kF16));
+  const std::vector<float> got = a().read_act(out, x.size(), kF16);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sum " << i;
+  EXPECT_EQ(a().read_act(a().act(x, kF16), x.size(), kF16), x);  // the inputs are exact
+
+  // Every finite f16 plus zero comes back as itself; random sums spanning subnormals to overflow
+  // round exactly as the reference conversion (to_f16, written from the definition) does.
+  std::vector<float> every, zeros;
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    if ((bits & 0x7c00u) != 0x7c00u) every.push_back(from_f16(uint16_t(bits)));
+  }
+  zeros.assign(every.size(), 0.0f);
+  void* same = a().act_zeros(every.size(), kF16);
+  expect_ok(k().add(s(), a().act(every, kF16), a().act(zeros, kF16), same, every.size(), kF16));
+  const std::vector<float> back = a().read_act(same, every.size(), kF16);
+  size_t changed = 0;
+  for (size_t i = 0; i < every.size(); ++i) changed += back[i] != every[i] ? 1 : 0;
+  EXPECT_EQ(changed, 0u) << "f16 values not kept by a round trip through the kernel";
+  std::mt19937_64 rng(160);
+  std::uniform_int_distribution<int> exponent(-30, 17);
+  std::vector<float> p, q;
+  for (int i = 0; i < 20000; ++i) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    const float u1 = random_values(1, rng())[0], u2 = random_values(1, rng())[0];
+    p.push_back(from_f16(to_f16(u1 * scale)));
+    q.push_back(from_f16(to_f16(u2 * scale)));
+  }
+  void* sums = a().act_zeros(p.size(), kF16);
+  expect_ok(k().add(s(), a().act(p, kF16), a().act(q, kF16), sums, p.size(), kF16));
+  const std::vector<float> got_sums = a().read_act(sums, p.size(), kF16);
+  int bad = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const float want_sum = from_f16(to_f16(p[i] + q[i]));
+    const bool both_nan = std::isnan(got_sums[i]) && std::isnan(want_sum);  // inf - inf
+    if (!both_nan && std::memcmp(&got_sums[i], &want_sum, sizeof(float)) != 0 && ++bad <= 5) {
+      ADD_FAILURE() << p[i] << " + " << q[i] << " stored " << got_sums[i] << ", want " << want_sum;
+    }
   }
 }
 

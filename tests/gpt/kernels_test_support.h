@@ -1,6 +1,7 @@
 // Shared by the GptKernels tests: one host device, stream and loaded kernels for the whole binary;
 // per-test device arrays uploaded and downloaded through the HAL (the test never touches device
-// memory: the suites run on a discrete host device); bf16 rounding as the kernels store it; and
+// memory: the suites run on a discrete host device); bf16 and f16 rounding as the kernels store
+// them; and
 // the tolerance check every comparison uses.
 #pragma once
 
@@ -24,9 +25,10 @@ namespace tessera::gpt::testing {
 
 constexpr uint32_t kF32 = TSR_DTYPE_F32;
 constexpr uint32_t kBf16 = TSR_DTYPE_BF16;
+constexpr uint32_t kF16 = TSR_DTYPE_F16;
 
 inline const char* dtype_name(uint32_t dtype) {
-  return dtype == kBf16 ? "bf16" : "f32";
+  return dtype == kBf16 ? "bf16" : dtype == kF16 ? "f16" : "f32";
 }
 
 // float -> bf16 bits, round to nearest even (what the kernels do when they store bf16).
@@ -43,8 +45,40 @@ inline float from_bf16(uint16_t value) {
   std::memcpy(&out, &bits, sizeof out);
   return out;
 }
+// float -> IEEE f16 bits, round to nearest even, overflow (>= 65520) to infinity, NaN to 0x7e00:
+// written from the definition in double arithmetic (nearbyint rounds to even), independently of
+// the kernels' bit manipulation.
+inline uint16_t to_f16(float value) {
+  if (std::isnan(value)) return 0x7e00u;
+  const uint16_t sign = std::signbit(value) ? 0x8000u : 0u;
+  const double a = std::fabs(double(value));
+  if (a >= 65520.0) return uint16_t(sign | 0x7c00u);
+  if (a < std::ldexp(1.0, -14)) {  // subnormal steps of 2^-24 (1024 steps is the first normal)
+    return uint16_t(sign | uint16_t(std::nearbyint(std::ldexp(a, 24))));
+  }
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  int exponent = e - 1;
+  double mantissa = std::nearbyint(std::ldexp(a, 10 - exponent));  // [1024, 2048]
+  if (mantissa == 2048.0) {
+    mantissa = 1024.0;
+    ++exponent;
+  }
+  return uint16_t(sign | uint16_t((exponent + 15) << 10) | uint16_t(mantissa - 1024.0));
+}
+inline float from_f16(uint16_t value) {
+  const int exponent = (value >> 10) & 0x1f;
+  const int mantissa = value & 0x3ff;
+  double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -24)
+                                   : std::ldexp(double(1024 + mantissa), exponent - 25);
+  if (exponent == 31) {
+    magnitude = mantissa == 0 ? double(INFINITY) : double(NAN);
+  }
+  return float((value & 0x8000u) ? -magnitude : magnitude);
+}
 // The value an activation of `dtype` holds after storing `value`.
 inline float round_to(uint32_t dtype, float value) {
+  if (dtype == kF16) return from_f16(to_f16(value));
   return dtype == kBf16 ? from_bf16(to_bf16(value)) : value;
 }
 inline std::vector<float> round_all(uint32_t dtype, std::vector<float> values) {
@@ -114,11 +148,13 @@ class Arrays {
     buffers_.push_back(std::move(buffer.value()));
     return ptr;
   }
-  // Activations of `dtype` (f32 or bf16, rounded to nearest even).
+  // Activations of `dtype` (f32, bf16 or f16, rounded to nearest even).
   void* act(const std::vector<float>& values, uint32_t dtype) {
     if (dtype == kF32) return f32(values);
     std::vector<uint16_t> bits(values.size());
-    for (size_t i = 0; i < values.size(); ++i) bits[i] = to_bf16(values[i]);
+    for (size_t i = 0; i < values.size(); ++i) {
+      bits[i] = dtype == kF16 ? to_f16(values[i]) : to_bf16(values[i]);
+    }
     return upload(bits.data(), bits.size() * 2);
   }
   float* f32(const std::vector<float>& values) {
@@ -127,7 +163,7 @@ class Arrays {
   int32_t* i32(const std::vector<int32_t>& values) {
     return static_cast<int32_t*>(upload(values.data(), values.size() * 4));
   }
-  void* act_zeros(size_t count, uint32_t dtype) { return zeros(count, dtype == kBf16 ? 2 : 4); }
+  void* act_zeros(size_t count, uint32_t dtype) { return zeros(count, dtype == kF32 ? 4 : 2); }
 
   // Waits for the stream, then reads `count` activations of `dtype` back as floats.
   std::vector<float> read_act(const void* ptr, size_t count, uint32_t dtype) {
@@ -135,7 +171,9 @@ class Arrays {
     std::vector<uint16_t> bits(count);
     download(bits.data(), ptr, count * 2);
     std::vector<float> out(count);
-    for (size_t i = 0; i < count; ++i) out[i] = from_bf16(bits[i]);
+    for (size_t i = 0; i < count; ++i) {
+      out[i] = dtype == kF16 ? from_f16(bits[i]) : from_bf16(bits[i]);
+    }
     return out;
   }
   std::vector<float> read_f32(const void* ptr, size_t count) {
@@ -184,14 +222,15 @@ class KernelsTest : public ::testing::Test {
   std::optional<Arrays> arrays_;
 };
 
-// Tests that run for f32 and bf16 activations.
+// Tests that run for f32, bf16 and f16 activations.
 class DtypeTest : public KernelsTest, public ::testing::WithParamInterface<uint32_t> {
  protected:
   uint32_t dtype() const { return GetParam(); }
-  // bf16: inputs are rounded on upload (the references use the rounded values), and each output
-  // is one bf16 rounding (2^-8 relative) away plus f32 work on bf16 intermediates.
-  double rtol() const { return dtype() == kBf16 ? 1.0 / 64 : 2e-5; }
-  double atol() const { return dtype() == kBf16 ? 1.0 / 64 : 2e-5; }
+  // bf16 (f16): inputs are rounded on upload (the references use the rounded values), and each
+  // output is one bf16 (f16) rounding, 2^-8 (2^-11) relative, away plus f32 work on 16-bit
+  // intermediates: four steps of the type.
+  double rtol() const { return dtype() == kBf16 ? 1.0 / 64 : dtype() == kF16 ? 1.0 / 512 : 2e-5; }
+  double atol() const { return rtol(); }
 };
 
 std::string dtype_param_name(const ::testing::TestParamInfo<uint32_t>& info);

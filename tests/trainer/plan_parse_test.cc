@@ -44,8 +44,44 @@ TEST(PlanParse, AcceptsTheSizesItAlwaysDid) {
                                             "stage_layers": [2, 2]}]})",
                              "plan.json");
   ASSERT_TRUE(json.ok()) << json.status().message();
-  EXPECT_EQ(plan_text(*json), "tp=2 pp=2 dp=1 zero=1 mbs=4 stages=2+2");
+  // zero 3 as planned (the GPT trainer runs it; the MLP trainer refuses it by name).
+  EXPECT_EQ(plan_text(*json), "tp=2 pp=2 dp=1 zero=3 mbs=4 stages=2+2");
   EXPECT_FALSE(parse_plan("foo=1").ok());
+}
+
+TEST(PlanParse, CarriesVirtualStagesAndSequenceParallelism) {
+  auto text = parse_plan("tp=2,pp=2,dp=1,vp=2,sp=1");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text->vp, 2);
+  EXPECT_TRUE(text->sp);
+  EXPECT_EQ(plan_text(*text), "tp=2 pp=2 dp=1 zero=0 mbs=all vp=2 sp=1");
+  EXPECT_FALSE(parse_plan("sp=2").ok());
+  EXPECT_FALSE(parse_plan("vp=0").ok());
+  auto json = plan_from_json(R"({"tp": 2, "pp": 2, "dp": 1, "vp": 2, "sp": 1})", "plan.json");
+  ASSERT_TRUE(json.ok()) << json.status().message();
+  EXPECT_EQ(json->vp, 2);
+  EXPECT_TRUE(json->sp);
+  const plan::Plan back = to_planner_plan(*json, 8);
+  EXPECT_EQ(back.vp, 2);
+  EXPECT_TRUE(back.sp);
+  auto ep = plan_from_json(R"({"tp": 1, "pp": 1, "dp": 2, "ep": 2})", "plan.json");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("ep=1"), std::string::npos) << ep.status().message();
+}
+
+// The MLP trainer refuses what only the GPT trainer runs, naming it (never runs zero 3 as 1).
+TEST(PlanParse, TheMlpTrainerRefusesWhatOnlyTheGptTrainerRuns) {
+  const ModelSpec spec;  // 4 blocks
+  for (const char* text : {"tp=2,pp=2,vp=2", "tp=2,sp=1", "dp=2,zero=3"}) {
+    auto plan = parse_plan(text);
+    ASSERT_TRUE(plan.ok()) << text;
+    const Status s = validate_plan(*plan, spec, 8, plan->world());
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find("GPT trainer"), std::string::npos) << s.message();
+  }
+  auto fine = parse_plan("tp=2,pp=2");
+  ASSERT_TRUE(fine.ok());
+  EXPECT_TRUE(validate_plan(*fine, spec, 8, 4).ok());
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ class Arena {
 // head_dim, kvL = kv_heads/tp * head_dim, fL = ffn/tp, VL = vocab/tp; T = batch * seq. Under
 // expert parallelism the MoE row buffers (T*k rows below) have E*T rows (moe.cc: capacity T per
 // expert and source rank), and so do gather, dh, dgate, dup, de_out and dxe.
+// Under sequence parallelism (model.h) the residual stream and the norms hold this rank's slice:
+// resid, y1, mid, y2, yf and dx, dy have T/tp rows, and mean*/rstd* T/tp entries; the
+// tensor-parallel regions (q, k, v, att, gate, up, act, logits and their gradients) keep T rows.
 struct MoeActivations {
   float* logits = nullptr;       // [T, E] f32
   float* probs = nullptr;        // [T, E] f32
@@ -109,6 +112,14 @@ struct Scratch {
   void* drouter_act = nullptr;  // MoE [T, E] act
   // MoE under ep: [2 * E] int32, the rows sent to and received from each expert (moe.cc)
   int32_t* ep_counts = nullptr;
+  // Sequence parallelism only (null otherwise): full_in [T, h] act holds a gathered norm output
+  // (the column-parallel GEMMs' input) or a row-parallel layer's partial sums before the
+  // reduce-scatter; full_grad [T, h] act the gathered residual gradient (the row-parallel
+  // backward's input) or the gradient of the gathered input before its reduce-scatter; sp_grad
+  // [2 * h] f32 a replicated parameter's gradient from this rank's tokens, summed over tp.
+  void* full_in = nullptr;
+  void* full_grad = nullptr;
+  float* sp_grad = nullptr;
 };
 
 }  // namespace tessera::gpt

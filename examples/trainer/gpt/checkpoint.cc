@@ -89,8 +89,19 @@ Status register_gpt_state(GptTrainer& trainer, ckpt::StateRegistry& registry) {
   registry.clear();
   const GptModel& model = trainer.model();
   const Params& params = model.params();
-  if (params.sharded()) return register_shards(params, model.groups(), registry);
-  return register_whole(params, model.groups().tp_rank(), registry);
+  if (params.sharded()) {
+    TSR_RETURN_IF_ERROR(register_shards(params, model.groups(), registry));
+  } else {
+    TSR_RETURN_IF_ERROR(register_whole(params, model.groups().tp_rank(), registry));
+  }
+  if (!trainer.options().loss_scale.enabled()) return Status();
+  // The scaler's state beside the step: identical on every rank (the overflow check is global).
+  LossScaler& scaler = trainer.loss_scaler();
+  return registry.add_blob(
+      ckpt::BlobEntry{.name = "loss_scaler",
+                      .get = [&scaler] { return scaler.state(); },
+                      .set = [&scaler](std::string_view text) { return scaler.set_state(text); },
+                      .replicated = true});
 }
 
 std::string gpt_layout_text(const GptTrainer& trainer) {

@@ -16,6 +16,16 @@ Result<ParamLayout> expert_layout(const GptConfig& config, const ParamLayout& fu
                             " does not divide experts " + std::to_string(config.experts));
   }
   const int64_t local = config.experts / ep, first = local * ep_rank;
+  // Under pp (stage_layout) the blocks of other stages are empty: they hold no experts to shard.
+  auto on_stage = [&](const BlockParams& b) { return !b.experts.empty(); };
+  for (size_t l = 0; l < full.blocks.size(); ++l) {
+    const size_t n = full.blocks[l].experts.size();
+    if (n != 0 && n != size_t(config.experts)) {
+      return internal_error(config.name + ": block " + std::to_string(l) + " of the layout holds " +
+                            std::to_string(n) + " experts, the config " +
+                            std::to_string(config.experts) + " (already sharded?)");
+    }
+  }
   // Which specs are whose: -1 not an expert tensor, else the expert's global index.
   std::vector<int64_t> expert_of(full.specs.size(), -1);
   for (const BlockParams& b : full.blocks) {
@@ -38,6 +48,7 @@ Result<ParamLayout> expert_layout(const GptConfig& config, const ParamLayout& fu
   for (size_t i = 0; i < full.specs.size(); ++i)
     if (expert_of[i] < 0) keep(i);
   for (const BlockParams& b : full.blocks) {
+    if (!on_stage(b)) continue;
     for (int64_t e = first; e < first + local; ++e) {
       for (int index :
            {b.experts[size_t(e)].gate, b.experts[size_t(e)].up, b.experts[size_t(e)].down})
@@ -57,7 +68,7 @@ Result<ParamLayout> expert_layout(const GptConfig& config, const ParamLayout& fu
           &o.norm2_w, &o.norm2_b, &o.gate, &o.up, &o.down, &o.b_up, &o.b_down, &o.router})
       *field = map(*field);
     o.experts.clear();
-    for (int64_t e = first; e < first + local; ++e) {
+    for (int64_t e = first; on_stage(b) && e < first + local; ++e) {
       const ExpertParams& x = b.experts[size_t(e)];
       o.experts.push_back({map(x.gate), map(x.up), map(x.down)});
     }

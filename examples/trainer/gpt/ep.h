@@ -18,7 +18,8 @@
 
 namespace tessera::gpt {
 
-// `full` (make_layout, any tp) with only the experts of ep rank `ep_rank` of `ep`, re-packed as
+// `full` (make_layout, any tp; under pp a stage's stage_layout, whose other blocks hold no
+// experts and stay empty) with only the experts of ep rank `ep_rank` of `ep`, re-packed as
 // above; BlockParams::experts holds the E/ep local experts in order. INVALID_ARGUMENT naming the
 // config when it has no experts or ep does not divide them.
 Result<ParamLayout> expert_layout(const GptConfig& config, const ParamLayout& full, int ep_rank,

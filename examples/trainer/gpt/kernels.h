@@ -11,9 +11,11 @@
 //   method's parameters after the stream, in order, with the C types written here (pointers are
 //   8 bytes; int64_t/uint64_t counts; uint32_t enums; float scalars). A method that runs several
 //   kernels says which ("kernels:").
-// - `dtype` is the activation type, TSR_DTYPE_F32 or TSR_DTYPE_BF16 (round to nearest even when
-//   storing bf16); "act*" below means a pointer to that type. f32* is always float. Arithmetic is
-//   f32 inside every kernel.
+// - `dtype` is the activation type, TSR_DTYPE_F32, TSR_DTYPE_BF16 or TSR_DTYPE_F16 (IEEE
+//   binary16); storing a 16-bit type rounds to nearest even, f16 overflow (|x| >= 65520) stores
+//   infinity (the trainer's loss scaling detects it: trainer.h). "act*" below means a pointer to
+//   that type. f32* is always float. Arithmetic is f32 inside every kernel. The host image fails
+//   a launch with any other dtype naming the kernel and the value (the GPU images do not check).
 // - Matrices are row-major [rows, cols], rows = tokens (token t = b * seq + s for batch b).
 // - Kernels are written as grid-stride loops over their index space (elements, rows or columns,
 //   as each says), so any launch geometry is correct; GptKernels picks the geometry per format

@@ -14,6 +14,7 @@ PlanShape plan_shape(const TrainOptions& o, int tp, int dp, int pp, int ep) {
   s.tp = tp, s.dp = dp, s.pp = pp, s.ep = ep;
   s.zero = o.zero;
   s.recompute = o.recompute;
+  s.sp = o.sp;
   s.micro_batch = o.micro_batch, s.seq = o.seq, s.micro_batches = o.micro_batches;
   s.act = o.act;
   return s;
@@ -33,6 +34,7 @@ Result<plan::MemoryBreakdown> predict_memory(const ir::Model& model, const PlanS
   p.mbs = int(s.micro_batch);
   p.num_microbatches = s.micro_batches;
   p.zero = s.zero;
+  p.sp = s.sp;
   p.recompute = s.recompute == Recompute::kFull        ? plan::Recompute::kFull
                 : s.recompute == Recompute::kSelective ? plan::Recompute::kSelective
                                                        : plan::Recompute::kNone;

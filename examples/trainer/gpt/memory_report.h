@@ -31,6 +31,7 @@ struct PlanShape {
   int ep = 1;  // carved from dp, as the planner assumes
   int zero = 0;
   Recompute recompute = Recompute::kNone;
+  bool sp = false;  // sequence parallelism (the planner's Plan::sp)
   int64_t micro_batch = 1, seq = 1, micro_batches = 1;
   DType act = DType::kBF16;
 };

@@ -119,13 +119,24 @@ Result<double> AdamW::grad_norm(const hal::Stream& s, const Params& params,
 
 Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernels& kernels,
                            const ParallelGroups& groups) {
-  TSR_ASSIGN_OR_RETURN(double norm, grad_norm(s, params, kernels, groups));
+  TSR_ASSIGN_OR_RETURN(Outcome outcome, scaled_step(s, params, kernels, groups, 1.0, false));
+  return outcome.norm;
+}
+
+Result<AdamW::Outcome> AdamW::scaled_step(const hal::Stream& s, Params& params,
+                                          const GptKernels& kernels, const ParallelGroups& groups,
+                                          double loss_scale, bool skip_overflow) {
+  TSR_ASSIGN_OR_RETURN(double scaled_norm, grad_norm(s, params, kernels, groups));
+  const double norm = scaled_norm / loss_scale;
   if (!std::isfinite(norm)) {
+    if (skip_overflow) return Outcome{norm, true};
     return failed_precondition("AdamW step " + std::to_string(steps_ + 1) +
                                ": gradient norm is not finite");
   }
-  const float scale =
-      options_.clip_norm > 0 && norm > options_.clip_norm ? float(options_.clip_norm / norm) : 1.0f;
+  // The clipping coefficient and the unscaling in one factor on the scaled gradients.
+  const double clip =
+      options_.clip_norm > 0 && norm > options_.clip_norm ? options_.clip_norm / norm : 1.0;
+  const float scale = float(clip / loss_scale);
   ++steps_;
   const float bias1 = 1.0f - std::pow(options_.beta1, float(steps_));
   const float bias2 = 1.0f - std::pow(options_.beta2, float(steps_));
@@ -141,7 +152,7 @@ Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernel
           params.v_base() + piece.at, params.shard_work(piece), piece.count, lr, options_.beta1,
           options_.beta2, options_.eps, decay, bias1, bias2, scale, act));
     }
-    return norm;
+    return Outcome{norm, false};
   }
   for (size_t i = 0; i < layout.specs.size(); ++i) {
     const ParamSpec& spec = layout.specs[i];
@@ -152,7 +163,7 @@ Result<double> AdamW::step(const hal::Stream& s, Params& params, const GptKernel
                       options_.beta1, options_.beta2, options_.eps,
                       spec.decay ? options_.weight_decay : 0.0f, bias1, bias2, scale, act));
   }
-  return norm;
+  return Outcome{norm, false};
 }
 
 }  // namespace tessera::gpt

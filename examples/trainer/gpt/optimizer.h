@@ -6,6 +6,8 @@
 // Gradients must already be averaged over data parallelism (identical on every dp rank), so
 // every dp rank takes the same step. Under ZeRO (Params::sharded(), zero.h) each dp rank
 // updates only its shard of master, m, v and the working copy, and the norm is summed over dp.
+// Under loss scaling (loss_scale.h) the gradients arrive scaled; scaled_step unscales them
+// within the clipping coefficient and skips a step whose norm overflowed.
 // Not thread-safe.
 #pragma once
 
@@ -43,8 +45,20 @@ class AdamW {
   Result<double> grad_norm(const hal::Stream& s, const Params& params, const GptKernels& kernels,
                            const ParallelGroups& groups) const;
   // One step: clip to clip_norm, update master, m, v and the working copy. Returns the norm.
+  // FAILED_PRECONDITION naming the step when the norm is not finite.
   Result<double> step(const hal::Stream& s, Params& params, const GptKernels& kernels,
                       const ParallelGroups& groups);
+  struct Outcome {
+    double norm = 0;       // of the unscaled gradients, before clipping; inf/NaN when skipped
+    bool skipped = false;  // an overflow: nothing was updated and steps() did not advance
+  };
+  // One step on gradients multiplied by `loss_scale` (loss_scale.h). A non-finite norm (the norm
+  // is global over tp, pp, dp and ep, so every rank sees the same) skips the step: master, m, v
+  // and the working copy stay bitwise, steps() and with it the schedule and bias correction stay.
+  // Otherwise 1/loss_scale is folded into the clipping coefficient (no extra pass). loss_scale 1
+  // with a non-finite norm fails as step() does only when `skip_overflow` is false.
+  Result<Outcome> scaled_step(const hal::Stream& s, Params& params, const GptKernels& kernels,
+                              const ParallelGroups& groups, double loss_scale, bool skip_overflow);
   int64_t steps() const { return steps_; }
   // The steps already taken (a checkpoint's step when continuing from it): the next step is
   // steps + 1 for the bias correction and the schedule.

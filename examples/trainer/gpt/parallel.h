@@ -65,6 +65,35 @@ inline Status allreduce_on(const std::shared_ptr<coll::Communicator>& comm,
   return Status();
 }
 
+// Allgather on `comm`: every rank's `count` elements of `send` land at recv + rank * count (a
+// plain copy when comm is null or of size 1), ordered on `stream`. `what` names it in errors.
+inline Status allgather_on(const std::shared_ptr<coll::Communicator>& comm,
+                           const hal::Stream& stream, const void* send, void* recv, uint64_t count,
+                           DType dtype, const char* what) {
+  if (count == 0) return Status();
+  if (!comm || comm->size() == 1) {
+    return send == recv ? Status() : stream.copy(recv, send, count * hal::dtype_size(dtype));
+  }
+  auto work = comm->allgather(send, recv, count, dtype, stream);
+  if (!work.ok()) return work.status().with_context(std::string("allgather of ") + what);
+  return Status();
+}
+
+// Reduce-scatter on `comm`: `send` holds size * recv_count elements; rank r receives the reduction
+// of every rank's elements [r * recv_count, (r+1) * recv_count) in `recv` (a plain copy when comm
+// is null or of size 1), ordered on `stream`. `what` names it in errors.
+inline Status reduce_scatter_on(const std::shared_ptr<coll::Communicator>& comm,
+                                const hal::Stream& stream, const void* send, void* recv,
+                                uint64_t recv_count, DType dtype, ReduceOp op, const char* what) {
+  if (recv_count == 0) return Status();
+  if (!comm || comm->size() == 1) {
+    return send == recv ? Status() : stream.copy(recv, send, recv_count * hal::dtype_size(dtype));
+  }
+  auto work = comm->reduce_scatter(send, recv, recv_count, dtype, op, stream);
+  if (!work.ok()) return work.status().with_context(std::string("reduce-scatter of ") + what);
+  return Status();
+}
+
 // All-to-all of `count` elements per peer on `comm` (send: [peers][count], recv likewise; a
 // plain copy when comm is null or of size 1), ordered on `stream`. `what` names it in errors.
 inline Status alltoall_on(const std::shared_ptr<coll::Communicator>& comm,

@@ -162,8 +162,8 @@ std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> full, 
 
 Result<Params> Params::create_sharded(const hal::Device& device, ParamLayout layout, DType act,
                                       ShardLayout shards, ShardOptions options) {
-  if (act != DType::kF32 && act != DType::kBF16) {
-    return invalid_argument("GPT parameters: the activation dtype must be f32 or bf16");
+  if (act != DType::kF32 && act != DType::kBF16 && act != DType::kF16) {
+    return invalid_argument("GPT parameters: the activation dtype must be f32, bf16 or f16");
   }
   Params p;
   p.layout_ = std::move(layout);
@@ -173,8 +173,8 @@ Result<Params> Params::create_sharded(const hal::Device& device, ParamLayout lay
 }
 
 Result<Params> Params::create(const hal::Device& device, ParamLayout layout, DType act) {
-  if (act != DType::kF32 && act != DType::kBF16) {
-    return invalid_argument("GPT parameters: the activation dtype must be f32 or bf16");
+  if (act != DType::kF32 && act != DType::kBF16 && act != DType::kF16) {
+    return invalid_argument("GPT parameters: the activation dtype must be f32, bf16 or f16");
   }
   Params p;
   p.layout_ = std::move(layout);

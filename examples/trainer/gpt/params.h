@@ -124,7 +124,7 @@ std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> full, 
 
 class Params {
  public:
-  // Allocates the five flat buffers on `device`; `act` is kF32 or kBF16.
+  // Allocates the five flat buffers on `device`; `act` is kF32, kBF16 or kF16.
   static Result<Params> create(const hal::Device& device, ParamLayout layout, DType act);
 
   const ParamLayout& layout() const { return layout_; }

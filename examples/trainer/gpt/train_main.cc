@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,7 @@ struct CliOptions {
   std::string act = "bf16";
   std::string grad_comm = "f32";
   std::string recompute = "none";  // a bare --recompute leaves it empty: full
+  std::string loss_scale = "off";  // off, dynamic or a static value
   TrainOptions train;
   SnapshotOptions snapshots;
   bool json_summary = false;
@@ -54,6 +57,8 @@ struct RunTotals {
   int64_t snapshots = 0;
   std::vector<double> step_seconds;
   double last_loss = 0;
+  double loss_scale = 1;  // after the last step (loss_scale.h)
+  int64_t skipped_steps = 0;
 };
 
 void print_summary(const RunTotals& t, double tokens_per_step, const std::string& plan) {
@@ -64,16 +69,39 @@ void print_summary(const RunTotals& t, double tokens_per_step, const std::string
       "{\"summary\": true, \"plan\": \"%s\", \"first_step\": %lld, \"steps\": %lld, "
       "\"tokens_per_step\": %.0f, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
       "\"step_s_median\": %.6f, \"snapshots\": %lld, \"snapshot_stall_s\": %.6f, "
-      "\"last_loss\": %.6f}\n",
+      "\"last_loss\": %.6f, \"loss_scale\": %.17g, \"skipped_steps\": %lld}\n",
       plan.c_str(), (long long)t.first_step, (long long)t.steps, tokens_per_step, t.seconds,
       t.seconds > 0 ? tokens_per_step * double(t.steps) / t.seconds : 0.0, median,
-      (long long)t.snapshots, t.snapshot_stall_s, t.last_loss);
+      (long long)t.snapshots, t.snapshot_stall_s, t.last_loss, t.loss_scale,
+      (long long)t.skipped_steps);
 }
 
 Result<DType> parse_dtype(const std::string& name, const char* flag) {
   if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
   if (name == "f32") return DType::kF32;
-  return invalid_argument(std::string(flag) + ": '" + name + "' is not bf16 or f32");
+  return invalid_argument(std::string(flag) + ": '" + name + "' is not bf16, f16 or f32");
+}
+
+// --loss-scale: off, dynamic (from LossScaleOptions' initial scale) or a static positive value.
+Status parse_loss_scale(const std::string& text, LossScaleOptions& out) {
+  if (text == "off") {
+    out.mode = LossScaleMode::kOff;
+    return Status();
+  }
+  if (text == "dynamic") {
+    out.mode = LossScaleMode::kDynamic;
+    return Status();
+  }
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(value > 0) || !std::isfinite(value)) {
+    return invalid_argument("--loss-scale: '" + text +
+                            "' is not off, dynamic or a positive number");
+  }
+  out.mode = LossScaleMode::kStatic;
+  out.initial_scale = value;
+  return Status();
 }
 
 Result<Recompute> parse_recompute(const std::string& name) {
@@ -90,6 +118,7 @@ Status run(CliOptions o) {
   TSR_ASSIGN_OR_RETURN(o.train.act, parse_dtype(o.act, "--act"));
   TSR_ASSIGN_OR_RETURN(o.train.grad_comm, parse_dtype(o.grad_comm, "--grad-comm"));
   TSR_ASSIGN_OR_RETURN(o.train.recompute, parse_recompute(o.recompute));
+  TSR_RETURN_IF_ERROR(parse_loss_scale(o.loss_scale, o.train.loss_scale));
   TSR_ASSIGN_OR_RETURN(auto bootstrap, coll::Bootstrap::from_environment());
   const coll::LaunchInfo info = bootstrap->info();
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
@@ -114,14 +143,21 @@ Status run(CliOptions o) {
     const GptModel& model = trainer->model();
     const uint64_t param_bytes = model.params().bytes().total();  // sharded under ZeRO
     std::printf(
-        "%s on %s (%s kernels), tp %d x dp %d, %lld x %lld tokens x %lld micro-batches per "
-        "rank, act %s, recompute %s; loss floor %.3f nats\n"
+        "%s on %s (%s kernels), tp %d%s x dp %d, %lld x %lld tokens x %lld micro-batches per "
+        "rank, act %s, recompute %s, loss scale %s; loss floor %.3f nats\n"
         "rank 0 device memory: parameters, gradients, AdamW state %.2f MB; activations %.2f MB\n",
-        describe(config).c_str(), device.id().c_str(), kernels.format_name(), o.tp, dp,
-        (long long)o.train.micro_batch, (long long)o.train.seq, (long long)o.train.micro_batches,
-        o.act.c_str(), std::string(recompute_name(o.train.recompute)).c_str(),
-        trainer->corpus().entropy_floor(), double(param_bytes) / 1e6,
-        double(model.activation_bytes()) / 1e6);
+        describe(config).c_str(), device.id().c_str(), kernels.format_name(), o.tp,
+        o.train.sp ? " (sp)" : "", dp, (long long)o.train.micro_batch, (long long)o.train.seq,
+        (long long)o.train.micro_batches, o.act.c_str(),
+        std::string(recompute_name(o.train.recompute)).c_str(),
+        loss_scale_text(o.train.loss_scale).c_str(), trainer->corpus().entropy_floor(),
+        double(param_bytes) / 1e6, double(model.activation_bytes()) / 1e6);
+  }
+  if (print && o.train.act == DType::kF16 && !o.train.loss_scale.enabled()) {
+    std::fprintf(
+        stderr,
+        "tessera-gpt-train: warning: --act f16 without --loss-scale: small gradients "
+        "flush to zero in f16 and an overflow fails the step (try --loss-scale dynamic)\n");
   }
   if (print) {
     const GptTrainer::Memory m = trainer->memory();
@@ -164,6 +200,8 @@ Status run(CliOptions o) {
     totals.seconds += seconds;
     totals.step_seconds.push_back(seconds);
     totals.last_loss = r.loss;
+    totals.loss_scale = trainer->loss_scaler().scale();
+    totals.skipped_steps += r.skipped ? 1 : 0;
     totals.snapshots += snap.taken ? 1 : 0;
     totals.snapshot_stall_s += snap.stall_s;
     if (print) {
@@ -177,6 +215,9 @@ Status run(CliOptions o) {
       if (o.train.overlap) {
         std::printf(" comm %.2f ms exposed %.2f ms", r.comm_seconds * 1e3,
                     r.exposed_comm_seconds * 1e3);
+      }
+      if (o.train.loss_scale.enabled()) {
+        std::printf(" loss_scale %g%s", r.loss_scale, r.skipped ? " skipped (overflow)" : "");
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -196,11 +237,16 @@ Status run(CliOptions o) {
   }
   // Every rank: its allocator high-water mark beside the planner's prediction for its stage.
   TSR_ASSIGN_OR_RETURN(const ir::Model ir_model, ir::load_model(o.config));
+  // plan_shape has no vp: a vp run is printed without a prediction (it would be vp 1's).
   const Result<plan::MemoryBreakdown> predicted =
-      predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank());
-  // The one plan the trainer runs and the planner does not model (zero 3 under pp) is printed
-  // without a prediction; any other planner error is an error.
-  if (!predicted.ok() && !(o.train.zero == 3 && o.pp > 1)) return predicted.status();
+      o.train.vp > 1
+          ? Result<plan::MemoryBreakdown>(invalid_argument("vp > 1 is not predicted here"))
+          : predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank());
+  // The plans the trainer runs and the planner does not model here (zero 3 under pp, vp) are
+  // printed without a prediction; any other planner error is an error.
+  if (!predicted.ok() && !(o.train.zero == 3 && o.pp > 1) && o.train.vp == 1) {
+    return predicted.status();
+  }
   if (predicted.ok()) {
     const MemoryComparison memory = compare_memory(trainer->memory(), device.memory_stats().peak,
                                                    setup_peak, predicted.value());
@@ -228,23 +274,38 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--tp", o.tp, "tensor-parallel degree");
   app.add_option("--dp", o.dp, "data-parallel degree (default: world / (tp * pp))");
-  app.add_option("--pp", o.pp, "pipeline stages, 1F1B (not with ep; tied or MoE not with zero)");
-  app.add_option("--ep", o.ep, "expert parallelism: experts sharded over ep of the dp ranks (MoE)");
+  app.add_option("--pp", o.pp, "pipeline stages, 1F1B (tied or MoE not with zero)");
+  app.add_option("--vp", o.train.vp,
+                 "virtual stages per pipeline stage: interleaved 1F1B (needs pp > 1, "
+                 "micro-batches a multiple of pp; not with zero or overlap)");
+  app.add_option(
+      "--ep", o.ep,
+      "expert parallelism: experts sharded over ep of the dp ranks (MoE; not with zero)");
   app.add_option("--clip-norm", o.train.adamw.clip_norm, "gradient clipping norm (<= 0: none)");
   app.add_option("--micro-batch", o.train.micro_batch, "sequences per micro-batch per rank");
   app.add_option("--seq", o.train.seq, "tokens per sequence");
   app.add_option("--micro-batches", o.train.micro_batches, "micro-batches per step");
-  app.add_option("--act", o.act, "activation dtype: bf16 or f32");
+  app.add_option("--act", o.act, "activation dtype: bf16, f16 or f32 (f16: use --loss-scale)");
   app.add_option("--grad-comm", o.grad_comm, "dp gradient allreduce dtype: f32 or bf16");
   app.add_option("--recompute", o.recompute,
                  "activation recomputation: none, selective (the attention core) or full (each "
                  "block); bare: full")
       ->expected(0, 1);
+  app.add_flag("--sp", o.train.sp,
+               "Megatron sequence parallelism over tp: norms and residual stream split by tokens "
+               "(needs tp > 1; dense models)");
   app.add_option("--zero", o.train.zero,
                  "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradients), 3 (+ weights)");
   app.add_flag("--overlap", o.train.overlap,
                "dp gradient sum through the overlap engine, bucket by bucket during the backward "
-               "(zero 0, f32 wire, no pp or ep; bucket size: TESSERA_BUCKET_MB)");
+               "(zero 0 or 1, f32 or bf16 wire, pp, ep; zero 2/3: ZeRO's own collectives on a "
+               "communication stream; bucket size: TESSERA_BUCKET_MB)");
+  app.add_option("--loss-scale", o.loss_scale,
+                 "loss scaling: off, dynamic (from 65536, x2 after --loss-scale-window good "
+                 "steps, x0.5 and the step skipped on overflow) or a static value");
+  app.add_option("--loss-scale-window", o.train.loss_scale.growth_interval,
+                 "dynamic loss scaling: good steps before the scale grows")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");
   app.add_option("--warmup", o.train.adamw.warmup_steps, "linear learning-rate warmup steps");
   app.add_option("--decay-steps", o.decay_steps,

@@ -5,32 +5,10 @@
 namespace tessera::gpt {
 namespace {
 
-// What --overlap does not cover yet, refused by name before anything is allocated.
-Status check_overlap(const TrainOptions& options, const ParallelGroups& groups) {
-  if (!options.overlap) return Status();
-  auto refuse = [](const std::string& what, const char* why) {
-    return invalid_argument("GPT trainer: overlap with " + what + " is not supported yet (" + why +
-                            ")");
-  };
-  if (options.zero > 0) {
-    return refuse("zero=" + std::to_string(options.zero), "ZeRO reduces through its own hooks");
-  }
-  if (options.grad_comm != DType::kF32) return refuse("grad_comm bf16", "f32 gradients only");
-  if (groups.ep_size() > 1) {
-    return refuse("expert parallelism ep " + std::to_string(groups.ep_size()),
-                  "expert gradients sum over another group");
-  }
-  if (groups.pp_size() > 1) {
-    return refuse("pipeline parallelism pp " + std::to_string(groups.pp_size()),
-                  "1F1B interleaves the micro-batches' backwards");
-  }
-  return Status();
-}
-
 // What pp > 1 does not cover yet, refused by name before anything is allocated. Tied embeddings
 // and MoE run under pp (tests/gpt/pipeline_test.cc); not yet verified with ZeRO (the tied
-// embedding's gradient sum runs on the whole gradient, before any reduce-scatter); ep under pp
-// is refused by the model (GptModel::create).
+// embedding's gradient sum runs on the whole gradient, before any reduce-scatter). ep under pp
+// runs (tests/gpt/ep_pipeline_test.cc); ZeRO with ep is refused in GptTrainer::create.
 Status check_pipeline(const GptConfig& config, const TrainOptions& options,
                       const ParallelGroups& groups) {
   if (groups.pp_size() == 1 || options.zero == 0) return Status();
@@ -73,30 +51,47 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
     return invalid_argument("GPT trainer: zero=" + std::to_string(options.zero) +
                             " needs grad_comm f32 (bf16 on the wire is not sharded yet)");
   }
-  TSR_RETURN_IF_ERROR(check_overlap(options, groups));
+  TSR_RETURN_IF_ERROR(check_loss_scale(options.loss_scale));
   TSR_RETURN_IF_ERROR(check_pipeline(config, options, groups));
-  TSR_ASSIGN_OR_RETURN(
-      std::unique_ptr<GptModel> model,
-      GptModel::create(device, config, std::move(kernels), std::move(groups), options.act,
-                       options.micro_batch, options.seq, options.recompute, options.zero));
+  if (options.vp > 1 && (options.zero > 0 || options.overlap)) {
+    // The ZeRO snapshot (checkpoint.h) names a shard by tp, pp, dp and stage, not vp: a vp run's
+    // shards would load into a plain pp run's of the same name.
+    return invalid_argument(
+        "GPT trainer: vp " + std::to_string(options.vp) + " with " +
+        (options.zero > 0 ? "zero=" + std::to_string(options.zero) : "overlap") +
+        " is not supported yet");
+  }
+  TSR_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+                       GptModel::create(device, config, std::move(kernels), std::move(groups),
+                                        options.act, options.micro_batch, options.seq,
+                                        options.recompute, options.zero, options.sp, options.vp));
   TSR_ASSIGN_OR_RETURN(AdamW adamw, AdamW::create(device, model->params().layout(), options.adamw));
   TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer scalars, device.allocate(2 * sizeof(double)));
   hal::DeviceBuffer wire;
-  if (options.grad_comm == DType::kBF16 && model->groups().dp_size() > 1) {
+  // With --overlap the engine's bf16 codec holds the wire copy (GradOverlap::bytes).
+  if (options.grad_comm == DType::kBF16 && model->groups().dp_size() > 1 && !options.overlap) {
     TSR_ASSIGN_OR_RETURN(wire, device.allocate(model->params().layout().total * 2));
   }
   auto trainer = std::unique_ptr<GptTrainer>(new GptTrainer(
       std::move(model), std::move(adamw), options, std::move(scalars), std::move(wire)));
   if (trainer->model_->groups().pp_size() > 1) {
-    TSR_ASSIGN_OR_RETURN(Pipeline pipeline, Pipeline::create(device, *trainer->model_));
+    TSR_ASSIGN_OR_RETURN(Pipeline pipeline,
+                         Pipeline::create(device, *trainer->model_, options.micro_batches));
     trainer->pipeline_ = std::make_unique<Pipeline>(std::move(pipeline));
   }
   trainer->device_ = &device;
-  if (options.overlap && trainer->model_->groups().dp_size() > 1) {
+  trainer->scaler_ = LossScaler(options.loss_scale);
+  if (options.overlap && trainer->model_->groups().dp_size() > 1 && options.zero >= 2) {
+    // ZeRO-2/3's own reduce-scatters and gathers on a communication stream (zero.h, "Overlap").
+    TSR_RETURN_IF_ERROR(trainer->model_->zero()->enable_overlap(device));
+  } else if (options.overlap && trainer->model_->groups().dp_size() > 1) {
     GptModel& m = *trainer->model_;
+    GradOverlapOptions o;
+    o.bucket_bytes = options.overlap_bucket_bytes;
+    o.wire = options.grad_comm;
+    o.defer_embedding = m.groups().pp_size() > 1 && config.tied;  // Pipeline::run sums it first
     TSR_ASSIGN_OR_RETURN(trainer->overlap_,
-                         GradOverlap::create(device, m.groups(), m.params(), config.layers,
-                                             options.overlap_bucket_bytes));
+                         GradOverlap::create(device, m.groups(), m.params(), config.layers, o));
     m.set_grads_done([o = trainer->overlap_.get()](const hal::Stream& s, Part part, int layer) {
       return o->part_done(s, part, layer);
     });
@@ -124,8 +119,8 @@ Status GptTrainer::allreduce_grads(const hal::Stream& s) {
   const ParallelGroups& g = model_->groups();
   const Params& params = model_->params();
   const uint64_t n = params.layout().total;
+  if (overlap_) return overlap_->finish();  // launched as the backward went (zero 0 or 1)
   if (ZeroEngine* zero = model_->zero()) return zero->reduce(s);
-  if (overlap_) return overlap_->finish();  // launched as the backward went
   if (!wire_) {
     return allreduce_gradients(g, s, params.layout(), params.grad_base(), DType::kF32, "gradients");
   }
@@ -140,8 +135,10 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
   Params& params = model_->params();
   const int64_t B = options_.micro_batch, dp = g.dp_size();
   const uint64_t global = uint64_t(B * dp * options_.micro_batches);
-  const float weight = 1.0f / float(options_.micro_batches * dp);
+  // The loss's weight in the step, times the loss scale (1 when off: loss_scale.h).
+  const float weight = 1.0f / float(options_.micro_batches * dp) * float(scaler_.scale());
   TSR_RETURN_IF_ERROR(params.zero_grads(s));
+  if (overlap_) overlap_->begin_step(options_.micro_batches);
   double loss = 0, xent = 0;
   if (pipeline_) {
     auto batch_of = [&](int64_t j) {
@@ -152,9 +149,9 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
                          pipeline_->run(s, *model_, options_.micro_batches, batch_of, weight));
     loss = l.total();
     xent = l.xent;
+    if (overlap_) TSR_RETURN_IF_ERROR(overlap_->mark_deferred(s));  // after the tied sum
   }
   for (int64_t j = 0; j < (pipeline_ ? 0 : options_.micro_batches); ++j) {
-    if (overlap_) overlap_->set_last_micro_batch(j + 1 == options_.micro_batches);
     const uint64_t first = uint64_t(step_) * global + uint64_t((j * dp + g.dp_rank()) * B);
     TSR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(s, corpus_.batch(first, B, options_.seq)));
     TSR_RETURN_IF_ERROR(model_->backward(s, weight));
@@ -162,16 +159,27 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
     xent += l.xent;
   }
   TSR_RETURN_IF_ERROR(allreduce_grads(s));
-  TSR_ASSIGN_OR_RETURN(double norm, adamw_.step(s, params, model_->kernels(), g));
+  const double loss_scale = scaler_.scale();
+  TSR_ASSIGN_OR_RETURN(AdamW::Outcome update,
+                       adamw_.scaled_step(s, params, model_->kernels(), g, loss_scale,
+                                          options_.loss_scale.enabled()));
+  scaler_.update(!update.skipped);
   if (ZeroEngine* zero = model_->zero()) TSR_RETURN_IF_ERROR(zero->finish_step(s));
   TSR_RETURN_IF_ERROR(s.synchronize());
   const double n = double(options_.micro_batches);
   TSR_ASSIGN_OR_RETURN(std::vector<double> mean, dp_mean(s, {loss / n, xent / n}));
   ++step_;
-  StepResult r{step_, mean[0], mean[1], norm, scheduled_lr(options_.adamw, step_)};
+  // The schedule follows the applied updates; a skipped step reports the rate it did not apply.
+  StepResult r{step_, mean[0], mean[1], update.norm,
+               scheduled_lr(options_.adamw, adamw_.steps() + (update.skipped ? 1 : 0))};
+  r.loss_scale = loss_scale;
+  r.skipped = update.skipped;
   if (overlap_) {
     r.comm_seconds = overlap_->last_step().comm_seconds;
     r.exposed_comm_seconds = overlap_->last_step().exposed_seconds;
+  } else if (ZeroEngine* zero = model_->zero(); zero && zero->overlapped()) {
+    r.comm_seconds = zero->comm_seconds();
+    r.exposed_comm_seconds = zero->exposed_seconds();
   }
   return r;
 }
@@ -192,8 +200,12 @@ Status GptTrainer::resume_at(const hal::Stream& s, int64_t step) {
   }
   TSR_RETURN_IF_ERROR(params.zero_grads(s));
   TSR_RETURN_IF_ERROR(s.synchronize());
+  if (scaler_.skipped_steps() > step) {
+    return invalid_argument("GPT trainer: resume at step " + std::to_string(step) + " with " +
+                            std::to_string(scaler_.skipped_steps()) + " skipped steps");
+  }
   step_ = step;
-  adamw_.set_steps(step);
+  adamw_.set_steps(step - scaler_.skipped_steps());
   return Status();
 }
 
@@ -206,9 +218,10 @@ Result<std::vector<float>> GptTrainer::download_master(const hal::Stream& stream
 GptTrainer::Memory GptTrainer::memory() const {
   Memory m;
   m.params = model_->params().bytes();
+  if (model_->zero()) m.params.grad += model_->zero()->overlap_bytes();  // zero 2 --overlap
   m.optimizer = adamw_.scratch_bytes();
   m.activations = model_->activation_bytes();
-  m.trainer = scalars_.size() + wire_.size();
+  m.trainer = scalars_.size() + wire_.size() + (overlap_ ? overlap_->bytes() : 0);
   m.pipeline = pipeline_ ? pipeline_->bytes() : 0;
   return m;
 }

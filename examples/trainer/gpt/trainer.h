@@ -15,6 +15,7 @@
 
 #include "data.h"
 #include "grad_overlap.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "optimizer.h"
 #include "pipeline.h"
@@ -38,14 +39,27 @@ struct TrainOptions {
   // weights (gathered per unit before use). f32 gradient communication only; under pp each stage
   // shards its own units over dp.
   int zero = 0;
-  // zero 0, f32 gradients on the wire: sum the dp gradients through the overlap engine
-  // (grad_overlap.h), each unit's bucket launched as the last micro-batch's backward finishes it,
-  // instead of one allreduce after the backward. Refused with zero > 0, bf16 on the wire, ep > 1
-  // and pp > 1; nothing to do where dp = 1.
+  // Megatron sequence parallelism over tp (GptModel::create's sp): the residual stream, norms and
+  // their activations split over the tp ranks by tokens. Needs tp > 1; dense models only.
+  bool sp = false;
+  // Virtual pipeline stages under pp (pipeline.h: Megatron's interleaved 1F1B): each stage holds
+  // vp chunks of blocks. Needs pp > 1, micro_batches a multiple of pp and layers >= pp * vp; not
+  // with zero >= 1 (the ZeRO snapshot names carry no vp) or overlap (not verified yet).
+  int vp = 1;
+  // Sum the dp gradients through the overlap engine (grad_overlap.h), each unit's bucket launched
+  // as the last micro-batch's backward finishes it, instead of one allreduce after the backward:
+  // zero 0 or 1, f32 or bf16 on the wire (the engine's bf16 codec), pp (each stage's own engine).
+  // zero 2/3: ZeroEngine's reduce-scatters (and zero 3's gathers) on a communication stream
+  // instead (zero.h, "Overlap"). ep > 1: the expert gradients through a second engine over
+  // expert_dp. Nothing to do where dp = 1.
   bool overlap = false;
   // --overlap's bucket capacity in bytes; 0: the engine's (TESSERA_BUCKET_MB, else alpha-beta).
   uint64_t overlap_bucket_bytes = 0;
   AdamWOptions adamw;
+  // Loss scaling (loss_scale.h): off by default; static or dynamic with any act, meant for f16.
+  // A step whose gradients overflow is skipped: the data moves on (steps_done() counts it), the
+  // optimizer does not (its step count, bias correction and schedule stay), as Megatron does.
+  LossScaleOptions loss_scale;
 };
 
 struct StepResult {
@@ -58,6 +72,10 @@ struct StepResult {
   // still waited for after the backward (GradSync's StepStats), seconds; 0 otherwise.
   double comm_seconds = 0;
   double exposed_comm_seconds = 0;
+  // Loss scaling: the scale this step's backward was seeded with (1 when off), and whether its
+  // gradients overflowed so that nothing was updated (grad_norm is then inf or NaN).
+  double loss_scale = 1;
+  bool skipped = false;
 };
 
 class GptTrainer {
@@ -78,12 +96,20 @@ class GptTrainer {
   const ZeroPlan& zero() const { return model_->zero() ? model_->zero()->plan() : no_zero_; }
   // The dp gradient sum through the overlap engine: null without options.overlap or where dp = 1.
   const GradOverlap* overlap() const { return overlap_.get(); }
-  // Steps taken so far (the next step() is step steps_done() + 1 of the schedule).
+  // Steps taken so far (the next step() draws the data of step steps_done() + 1).
   int64_t steps_done() const { return step_; }
+  // Updates the optimizer applied: steps_done() less the steps loss scaling skipped (the next
+  // step is this + 1 of the schedule and the bias correction).
+  int64_t optimizer_steps() const { return adamw_.steps(); }
+  // The loss scaler (scale 1 and no skips when options.loss_scale is off); checkpoint.h saves and
+  // restores its state.
+  const LossScaler& loss_scaler() const { return scaler_; }
+  LossScaler& loss_scaler() { return scaler_; }
   // Continues after `step` steps from master weights and AdamW moments written by a checkpoint
   // load, restore or in-memory reshard (checkpoint.h): rebuilds the working copy from master
   // (under ZeRO each rank casts its slices and the units are allgathered over dp) and sets the
-  // step count, so the data and the schedule continue where the snapshot was taken. Synchronous.
+  // step count, so the data and the schedule continue where the snapshot was taken (the
+  // optimizer at step - loss_scaler().skipped_steps(): restore the scaler first). Synchronous.
   Status resume_at(const hal::Stream& stream, int64_t step);
   // The whole master weights (gathered over dp under ZeRO). Synchronous.
   Result<std::vector<float>> download_master(const hal::Stream& stream) const;
@@ -94,7 +120,7 @@ class GptTrainer {
     Params::Bytes params;      // master, work, grad, m, v
     uint64_t optimizer = 0;    // AdamW's norm scratch
     uint64_t activations = 0;  // GptModel's arena
-    uint64_t trainer = 0;      // loss scalars, bf16 wire
+    uint64_t trainer = 0;      // loss scalars, bf16 wire (--overlap: the engine's bf16 codec)
     uint64_t pipeline = 0;     // pp > 1: kept inputs, received gradient, loss sums (pipeline.h)
     uint64_t total() const { return params.total() + optimizer + activations + trainer + pipeline; }
   };
@@ -118,6 +144,7 @@ class GptTrainer {
   // options.overlap with dp > 1; reads model_'s gradients: declared after it, destroyed first.
   std::unique_ptr<GradOverlap> overlap_;
   int64_t step_ = 0;
+  LossScaler scaler_;
 };
 
 }  // namespace tessera::gpt

@@ -1,6 +1,7 @@
 #include "zero.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 namespace tessera::gpt {
@@ -149,6 +150,22 @@ Status ZeroEngine::gather(const hal::Stream& s, int part, int keep) {
   const size_t slot = resident ? size_t(held - slot_part_.begin())
                       : slot_part_.size() > 1 && slot_part_[0] == keep ? 1
                                                                        : 0;
+  // Under enable_overlap the gather runs on the communication stream, after the compute queued
+  // so far (the last reads of what the slot held, and AdamW's writes of the slices); use() makes
+  // the compute stream wait for it.
+  const hal::Stream* on = &s;
+  coll::Communicator* comm = groups_.dp.get();
+  if (overlap_ && !resident) {
+    Overlap& o = *overlap_;
+    TSR_ASSIGN_OR_RETURN(hal::Event free, s.create_event(false));
+    TSR_RETURN_IF_ERROR(free.record(s));
+    TSR_RETURN_IF_ERROR(o.stream.wait(free));
+    TSR_ASSIGN_OR_RETURN(hal::Event start, o.stream.create_event(true));
+    TSR_RETURN_IF_ERROR(start.record(o.stream));
+    o.spans.emplace_back(std::move(start), hal::Event());
+    on = &o.stream;
+    comm = o.comm.get();
+  }
   // A unit of two parts (the tied embedding) is bound to the slot of the part in use.
   char* at = slot_base(slot);
   for (int u : plan_.parts[size_t(part)]) {
@@ -156,9 +173,9 @@ Status ZeroEngine::gather(const hal::Stream& s, int part, int keep) {
     if (!resident) {
       const char* mine = static_cast<const char*>(params_->work_base()) + unit.shard_at * esize;
       if (groups_.dp_size() == 1) {
-        TSR_RETURN_IF_ERROR(s.copy(at, mine, unit.slice * esize));
+        TSR_RETURN_IF_ERROR(on->copy(at, mine, unit.slice * esize));
       } else {
-        auto work = groups_.dp->allgather(mine, at, unit.slice, params_->act(), s);
+        auto work = comm->allgather(mine, at, unit.slice, params_->act(), *on);
         if (!work.ok()) {
           return work.status().with_context("allgather of ZeRO-3 unit " + std::to_string(u) +
                                             " (working weights of part " + std::to_string(part) +
@@ -169,6 +186,13 @@ Status ZeroEngine::gather(const hal::Stream& s, int part, int keep) {
     params_->bind_work(u, at);
     at += unit.padded * esize;
   }
+  if (overlap_ && !resident) {
+    Overlap& o = *overlap_;
+    TSR_ASSIGN_OR_RETURN(hal::Event end, o.stream.create_event(true));
+    TSR_RETURN_IF_ERROR(end.record(o.stream));
+    o.spans.back().second = std::move(end);
+    o.filled[slot] = int(o.spans.size()) - 1;
+  }
   slot_part_[slot] = part;
   return Status();
 }
@@ -177,16 +201,34 @@ Status ZeroEngine::use(const hal::Stream& s, Part part, int layer, Pass pass) {
   if (plan_.level < 3) return Status();
   const int p = part_of(part, layer);
   TSR_RETURN_IF_ERROR(gather(s, p, -1));
-  if (plan_.slots < 2) return Status();
-  TSR_RETURN_IF_ERROR(gather(s, next_part(p, pass), p));
-  // The prefetch may have rebound a shared unit (the tied embedding): bind the current part's
-  // units to its own slot again.
-  return gather(s, p, -1);
+  if (plan_.slots >= 2) {
+    TSR_RETURN_IF_ERROR(gather(s, next_part(p, pass), p));
+    // The prefetch may have rebound a shared unit (the tied embedding): bind the current part's
+    // units to its own slot again.
+    TSR_RETURN_IF_ERROR(gather(s, p, -1));
+  }
+  if (overlap_) {
+    // The part's compute waits for its slot's gather (on the communication stream).
+    Overlap& o = *overlap_;
+    const size_t slot =
+        size_t(std::find(slot_part_.begin(), slot_part_.end(), p) - slot_part_.begin());
+    if (slot < slot_part_.size() && o.filled[slot] >= 0) {
+      TSR_RETURN_IF_ERROR(s.wait(o.spans[size_t(o.filled[slot])].second));
+    }
+  }
+  return Status();
 }
 
 Status ZeroEngine::grads_begin(Part part, int layer) {
   if (plan_.level < 2) return Status();
-  float* at = params_->grad_scratch();
+  if (overlap_ && overlap_->next_part >= 0 && overlap_->next_part != part_of(part, layer)) {
+    // grads_end chose this part's scratch, and queued its wait, for another part.
+    return internal_error("ZeRO overlap: the backward reached part " +
+                          std::to_string(part_of(part, layer)) + " after part " +
+                          std::to_string(overlap_->next_part) + " was expected");
+  }
+  float* at = overlap_ && overlap_->next == 1 ? static_cast<float*>(overlap_->scratch.data())
+                                              : params_->grad_scratch();
   for (int u : plan_.parts[size_t(part_of(part, layer))]) {
     params_->bind_grad(u, at);
     at += plan_.shards.units[size_t(u)].padded;
@@ -196,16 +238,91 @@ Status ZeroEngine::grads_begin(Part part, int layer) {
 
 Status ZeroEngine::grads_end(const hal::Stream& s, Part part, int layer) {
   if (plan_.level < 2) return Status();
-  for (int u : plan_.parts[size_t(part_of(part, layer))]) TSR_RETURN_IF_ERROR(reduce_unit(s, u));
+  const std::vector<int>& units = plan_.parts[size_t(part_of(part, layer))];
+  if (!overlap_) {
+    for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(s, *groups_.dp, u));
+    return Status();
+  }
+  Overlap& o = *overlap_;
+  if (units.empty()) return Status();
+  // The part's backward is queued on `s`: its reduce follows it on the communication stream.
+  TSR_ASSIGN_OR_RETURN(hal::Event ready, s.create_event(false));
+  TSR_RETURN_IF_ERROR(ready.record(s));
+  TSR_RETURN_IF_ERROR(o.stream.wait(ready));
+  TSR_ASSIGN_OR_RETURN(hal::Event start, o.stream.create_event(true));
+  TSR_ASSIGN_OR_RETURN(hal::Event end, o.stream.create_event(true));
+  TSR_RETURN_IF_ERROR(start.record(o.stream));
+  for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(o.stream, *o.comm, u));
+  TSR_RETURN_IF_ERROR(end.record(o.stream));
+  o.spans.emplace_back(std::move(start), std::move(end));
+  const int used = o.next;
+  o.cleared[used] = int(o.spans.size()) - 1;
+  // The next part (the next lower one holding units; after the lowest, the highest: the next
+  // micro-batch's backward) binds the other scratch if it fits, else the first one; its backward
+  // waits until that scratch's last reduce cleared it.
+  const int p = part_of(part, layer), parts = int(plan_.parts.size());
+  int next = -1;
+  for (int k = 1; k <= parts && next < 0; ++k) {
+    const int q = ((p - k) % parts + parts) % parts;
+    if (!plan_.parts[size_t(q)].empty()) next = q;
+  }
+  o.next_part = next;
+  o.next = used == 0 && part_elements(next) <= o.second ? 1 : 0;
+  if (o.cleared[o.next] >= 0) {
+    TSR_RETURN_IF_ERROR(s.wait(o.spans[size_t(o.cleared[o.next])].second));
+  }
   return Status();
 }
 
-Status ZeroEngine::reduce_unit(const hal::Stream& s, int u) {
+Status ZeroEngine::enable_overlap(const hal::Device& device) {
+  if (plan_.level < 2) {
+    return invalid_argument("ZeRO: a communication stream for zero=" + std::to_string(plan_.level) +
+                            " (zero=2 and 3 only)");
+  }
+  if (groups_.dp_size() < 2 || overlap_) return Status();
+  auto o = std::make_unique<Overlap>();
+  auto comm = groups_.dp->split(0, groups_.dp->rank());
+  if (!comm.ok()) return comm.status().with_context("ZeRO overlap: the communicator split from dp");
+  o->comm = std::move(*comm);
+  TSR_ASSIGN_OR_RETURN(o->stream, device.create_stream());
+  // The second scratch holds the largest block (the embedding and the head, vocabulary-sized,
+  // take the first one).
+  for (size_t k = 1; k + 1 < plan_.parts.size(); ++k) {
+    o->second = std::max(o->second, part_elements(int(k)));
+  }
+  if (o->second > 0) {
+    TSR_ASSIGN_OR_RETURN(o->scratch, device.allocate(o->second * sizeof(float)));
+    TSR_RETURN_IF_ERROR(o->stream.memset(o->scratch.data(), 0, o->second * sizeof(float)));
+    TSR_RETURN_IF_ERROR(o->stream.synchronize());
+  }
+  overlap_ = std::move(o);
+  return Status();
+}
+
+uint64_t ZeroEngine::part_elements(int part) const {
+  uint64_t n = 0;
+  if (part >= 0) {
+    for (int u : plan_.parts[size_t(part)]) n += plan_.shards.units[size_t(u)].padded;
+  }
+  return n;
+}
+
+uint64_t ZeroEngine::overlap_bytes() const {
+  return overlap_ ? overlap_->scratch.size() : 0;
+}
+double ZeroEngine::comm_seconds() const {
+  return overlap_ ? overlap_->comm_seconds : 0;
+}
+double ZeroEngine::exposed_seconds() const {
+  return overlap_ ? overlap_->exposed_seconds : 0;
+}
+
+Status ZeroEngine::reduce_unit(const hal::Stream& s, coll::Communicator& comm, int u) {
   const ShardUnit& unit = plan_.shards.units[size_t(u)];
   float* full = params_->unit_grad(u);
   float* mine = full + uint64_t(plan_.shards.dp_rank) * unit.slice;
   if (groups_.dp_size() > 1) {
-    auto work = groups_.dp->reduce_scatter(full, mine, unit.slice, DType::kF32, ReduceOp::kSum, s);
+    auto work = comm.reduce_scatter(full, mine, unit.slice, DType::kF32, ReduceOp::kSum, s);
     if (!work.ok()) {
       return work.status().with_context("reduce-scatter of ZeRO-2 unit " + std::to_string(u) +
                                         " (gradients)");
@@ -220,6 +337,25 @@ Status ZeroEngine::reduce_unit(const hal::Stream& s, int u) {
 }
 
 Status ZeroEngine::reduce(const hal::Stream& s) {
+  if (overlap_) {
+    Overlap& o = *overlap_;
+    using Clock = std::chrono::steady_clock;
+    TSR_RETURN_IF_ERROR(s.synchronize());
+    const Clock::time_point computed = Clock::now();
+    TSR_RETURN_IF_ERROR(o.stream.synchronize());  // AdamW reads the shard the reduces wrote
+    o.exposed_seconds = std::chrono::duration<double>(Clock::now() - computed).count();
+    o.comm_seconds = 0;
+    for (const auto& [start, end] : o.spans) {
+      TSR_ASSIGN_OR_RETURN(float ms, hal::Event::elapsed_ms(start, end));
+      o.comm_seconds += double(ms) / 1e3;
+    }
+    o.spans.clear();
+    o.cleared[0] = o.cleared[1] = -1;
+    o.filled[0] = o.filled[1] = -1;
+    o.next = 0;
+    o.next_part = -1;
+    return Status();
+  }
   if (plan_.level != 1) return Status();
   return allreduce_on(groups_.dp, s, params_->grad_base(), plan_.shards.padded, DType::kF32,
                       ReduceOp::kSum, "gradients (zero=1)");

@@ -21,9 +21,9 @@
 //           after AdamW every slot is stale. Prefetch (two slots): as soon as the current part is
 //           resident, the next part in walk order is gathered into the other slot, before the
 //           current part's compute is queued; on one stream this only orders the gather earlier
-//           (a communication stream would overlap it). Two slots are used where they still hold
-//           less than the whole working copy, else one: work bytes = (shard + slots * largest
-//           part) * act size
+//           (with --overlap it runs on a communication stream: "Overlap" below). Two slots are used
+//           where they still hold less than the whole working copy, else one: work bytes = (shard +
+//           slots * largest part) * act size
 // The parts are what the model uses at once: the embedding; each block; the head (the final
 // norm's unit, with the embedding's unit when the embedding is tied: its gradient is then reduced
 // twice per micro-batch, after the head's backward and after the embedding's).
@@ -34,11 +34,44 @@
 // it. Every dp rank of a stage runs the same schedule, so the collectives pair up.
 // Refused by name: levels outside 0..3; zero >= 1 with expert parallelism (expert tensors reduce
 // over another group) and with bf16 gradients on the wire (trainer.cc).
-// Collectives run on the caller's stream (coll orders them with its other work). Not
-// thread-safe.
+// Collectives run on the caller's stream (coll orders them with its other work), except under
+// enable_overlap (below). Not thread-safe.
+//
+// Overlap (TrainOptions::overlap, issue 16). zero 1 goes through the overlap engine
+// (grad_overlap.h: its gradient is whole, so the engine's allreduce sums it as at zero 0;
+// ZeroEngine then updates the slices). zero 2 does not go through GradSync's sharded modes:
+// GradSync shards per bucket through full-size flat bucket buffers it keeps
+// (ShardedMemory::staging_bytes: the whole gradient again, which undoes what zero 2 saves), reduces
+// once per step (zero 2 reduces every micro-batch so that no whole gradient lives across
+// micro-batches), and its shard of a bucket is not ZeroEngine's per-unit slice (checkpoint names
+// and the resharding depend on that). So zero 2 keeps its own reduce-scatters and moves them to a
+// communication stream instead: enable_overlap() splits a communicator from dp and creates the
+// stream; grads_end() records an event after the part's backward on the compute stream, and the
+// part's reduce-scatter, the add into the shard and the clearing of its scratch are queued on the
+// communication stream after that event, while the compute stream goes on with the next part's
+// backward. The gradient scratch is doubled: a second buffer holds the largest block (the
+// embedding and the head, the vocabulary-sized parts, take the first one). grads_end() picks the
+// next part's buffer (the next lower part holding units; after the lowest, the highest: the next
+// micro-batch's backward): the other one if the part fits, else the first; the compute stream
+// waits until that buffer's last reduce cleared it, so one reduce overlaps the next part's
+// backward (a part that does not fit the other buffer waits for the previous part's reduce).
+// grads_begin() refuses (INTERNAL) a part other than the one chosen for. grad bytes = (shard +
+// largest part + largest block) * 4 (the second buffer: overlap_bytes()). reduce() then waits for
+// the communication stream (AdamW reads the shard) and measures its busy time (timing events
+// around each part's reduce) and how long the step still waited for it after the compute stream
+// was done. The same collectives on the same data in the same order: bitwise the steps without
+// the option. zero 3 also gathers on that stream: gather() records an event behind the compute
+// queued so far (the last reads of what the slot held, AdamW's writes of the slices), the
+// communication stream waits for it and allgathers the part into its slot, and use() makes the
+// compute stream wait for the slot's gather before the part's forward, replay or backward. With
+// two slots the prefetch of the next part is then a real overlap (the next part's gather runs
+// while this part computes); with one slot each gather is waited for at once. The gather slots
+// are unchanged; the second gradient scratch as at zero 2.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels.h"
@@ -86,8 +119,20 @@ class ZeroEngine {
   // zero >= 2: the backward of (part, layer) is done: reduce-scatter its gradients into the
   // shard and clear the scratch.
   Status grads_end(const hal::Stream& s, Part part, int layer);
-  // After the micro-batches: zero 1 allreduces the whole gradient (zero 2/3 reduced already).
+  // After the micro-batches: zero 1 allreduces the whole gradient (zero 2/3 reduced already;
+  // under enable_overlap `s` waits for the communication stream).
   Status reduce(const hal::Stream& s);
+  // zero 2, dp > 1: the reduce-scatters on a communication stream of `device` (header comment).
+  // Collective over dp (splits a communicator); allocates the second gradient scratch. Call once,
+  // before the first step.
+  Status enable_overlap(const hal::Device& device);
+  bool overlapped() const { return overlap_ != nullptr; }
+  // Device bytes enable_overlap allocated (the second gradient scratch, f32).
+  uint64_t overlap_bytes() const;
+  // Of the last reduce() under enable_overlap: the communication stream's busy seconds and the
+  // seconds the step waited for it after the compute stream was done.
+  double comm_seconds() const;
+  double exposed_seconds() const;
   // After AdamW: zero 1/2 allgather every unit's working copy in place; zero 3 forgets what it
   // gathered (the slices changed).
   Status finish_step(const hal::Stream& s);
@@ -100,13 +145,31 @@ class ZeroEngine {
   // Makes `part` resident in a gather slot (gathering unless a slot holds it); never evicts
   // `keep`.
   Status gather(const hal::Stream& s, int part, int keep);
-  Status reduce_unit(const hal::Stream& s, int unit);
+  Status reduce_unit(const hal::Stream& s, coll::Communicator& comm, int unit);
+  uint64_t part_elements(int part) const;  // padded elements of the part's units
+
+  // enable_overlap's state. Declared last: destroyed first, after its stream drained.
+  struct Overlap {
+    std::shared_ptr<coll::Communicator> comm;  // split from dp
+    hal::Stream stream;
+    hal::DeviceBuffer scratch;  // the second gradient scratch (`largest` f32, kept zero)
+    int next = 0;               // the scratch the next part binds (0: Params', 1: ours)
+    int next_part = -1;         // the part grads_end chose it for (-1: any: the step's first)
+    uint64_t second = 0;        // elements of the second scratch: the largest block part
+    int cleared[2] = {-1, -1};  // per scratch: its last reduce (index into spans), -1 none
+    int filled[2] = {-1, -1};   // zero 3, per gather slot: its last gather (spans), -1 none
+    // Per part reduce and zero-3 gather: start, end (timing events on the stream).
+    std::vector<std::pair<hal::Event, hal::Event>> spans;
+    double comm_seconds = 0, exposed_seconds = 0;
+    ~Overlap() { (void)stream.synchronize(); }
+  };
 
   ZeroPlan plan_;
   ParallelGroups groups_;
   Params* params_;
   GptKernels kernels_;
   std::vector<int> slot_part_;  // zero 3: the part each gather slot holds (-1: none)
+  std::unique_ptr<Overlap> overlap_;
 };
 
 }  // namespace tessera::gpt

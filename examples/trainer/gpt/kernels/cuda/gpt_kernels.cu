@@ -8,6 +8,7 @@
 // harmless). Compiled with -fmad=false, like the SPIR-V image's -ffp-contract=off, so the f32
 // arithmetic is the one written (no fused multiply-adds).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #define TSR_KERNEL extern "C" __global__ void
@@ -39,6 +40,13 @@ static __device__ __forceinline__ float tsr_bf16_to_f32(uint16_t bits) {
 static __device__ __forceinline__ uint16_t tsr_f32_to_bf16(float v) {
   const __nv_bfloat16_raw raw = __float2bfloat16_rn(v);
   return raw.x;
+}
+// f16 through cuda_fp16.h: __float2half_rn rounds to nearest even, overflow gives infinity.
+static __device__ __forceinline__ float tsr_f16_to_f32(uint16_t bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+static __device__ __forceinline__ uint16_t tsr_f32_to_f16(float v) {
+  return __half_as_ushort(__float2half_rn(v));
 }
 
 #include "../gpu/gpt_attention.inc"  // each kernel file includes gpt_common.inc

@@ -1,6 +1,6 @@
-// What every host GPT kernel shares: bf16 loads and round-to-nearest-even stores, the dtype
-// dispatch that refuses other types by name, the grid-stride walk over an index space, and the
-// error text a kernel returns. Internal to the host module (hidden visibility).
+// What every host GPT kernel shares: bf16 and f16 loads and round-to-nearest-even stores, the
+// dtype dispatch that refuses other types by name, the grid-stride walk over an index space, and
+// the error text a kernel returns. Internal to the host module (hidden visibility).
 //
 // A kernel is a C++ function taking the contract's arguments (kernels.h, after the stream) and
 // returning nullptr on success or a message (the module's entry copies it at once). It reads the
@@ -17,6 +17,12 @@
 namespace tessera::gpt::host {
 
 using Bf16 = uint16_t;
+// IEEE binary16 bits, a distinct type so that load/store overload on it (Bf16 is the plain
+// uint16_t). Same size and alignment as the 16-bit element it wraps.
+struct F16 {
+  uint16_t bits;
+};
+static_assert(sizeof(F16) == 2 && alignof(F16) == 2);
 
 // The launch being run on this thread (one call per block; blocks run one at a time).
 const tsr_host_kernel_call& current_call();
@@ -49,14 +55,56 @@ inline void store(Bf16* p, float value) {
   *p = Bf16(bits >> 16);
 }
 
-// Calls body(type_tag) with float{} or Bf16{} for `dtype`; other dtypes are refused naming
+// f16 <-> f32, the same arithmetic as the host backend's (backends/host/half.h, which the kernel
+// image cannot link): exact widening; narrowing rounds to nearest even, overflow (>= 65520) gives
+// infinity, NaN a quiet NaN (0x7e00), subnormals exact. Relies on round-to-nearest.
+inline float load(const F16* p) {
+  const uint32_t sign = uint32_t(p->bits & 0x8000u) << 16;
+  const uint32_t shifted = uint32_t(p->bits & 0x7fffu) << 13;  // exponent and mantissa, f32-aligned
+  const uint32_t exponent = shifted & 0x0f800000u;
+  uint32_t magnitude = shifted + 0x38000000u;                      // normal: rebias 127 - 15
+  if (exponent == 0x0f800000u) magnitude = shifted + 0x70000000u;  // inf/NaN: exponent 255
+  if (exponent == 0) {  // zero/subnormal: 2^-14 * (1 + m/1024) - 2^-14, exact
+    float sub;
+    const uint32_t biased = shifted + 0x38800000u;
+    std::memcpy(&sub, &biased, sizeof sub);
+    sub -= 6.103515625e-05f;
+    std::memcpy(&magnitude, &sub, sizeof magnitude);
+  }
+  const uint32_t bits = sign | magnitude;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+inline void store(F16* p, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  uint32_t result;
+  if (magnitude >= 0x47800000u) {  // >= 65536, inf or NaN ([65520, 65536) rounds up below)
+    result = magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (magnitude < 0x38800000u) {  // < 2^-14: adding 0.5 rounds to a multiple of 2^-24
+    float m;
+    std::memcpy(&m, &magnitude, sizeof m);
+    m += 0.5f;
+    std::memcpy(&result, &m, sizeof result);
+    result -= 0x3f000000u;
+  } else {  // normal: rebias by 15 - 127, round the 13 dropped bits to nearest even
+    result = (magnitude + 0xc8000fffu + ((magnitude >> 13) & 1u)) >> 13;
+  }
+  p->bits = uint16_t(result | sign);
+}
+
+// Calls body(type_tag) with float{}, Bf16{} or F16{} for `dtype`; other dtypes are refused naming
 // `kernel`, the argument and the value.
 template <typename Body>
 const char* with_dtype(const char* kernel, const char* argument, uint32_t dtype, Body&& body) {
   if (dtype == TSR_DTYPE_F32) return body(float{});
   if (dtype == TSR_DTYPE_BF16) return body(Bf16{});
-  return error("%s: %s %u is neither f32 (%d) nor bf16 (%d)", kernel, argument, dtype,
-               int(TSR_DTYPE_F32), int(TSR_DTYPE_BF16));
+  if (dtype == TSR_DTYPE_F16) return body(F16{});
+  return error("%s: %s %u is not f32 (%d), bf16 (%d) or f16 (%d)", kernel, argument, dtype,
+               int(TSR_DTYPE_F32), int(TSR_DTYPE_BF16), int(TSR_DTYPE_F16));
 }
 
 // This block's place in the launch, all three dimensions flattened (x fastest).

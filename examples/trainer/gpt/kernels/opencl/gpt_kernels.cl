@@ -47,6 +47,16 @@ TSR_DEVICE uint16_t tsr_f32_to_bf16(float v) {
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return (uint16_t)(bits >> 16);
 }
+// f16 through vload_half / vstore_half_rte (core OpenCL C, no cl_khr_fp16 needed): exact
+// widening, narrowing rounds to nearest even (overflow gives infinity).
+TSR_DEVICE float tsr_f16_to_f32(uint16_t bits) {
+  return vload_half(0, (const private half*)&bits);
+}
+TSR_DEVICE uint16_t tsr_f32_to_f16(float v) {
+  uint16_t bits;
+  vstore_half_rte(v, 0, (private half*)&bits);
+  return bits;
+}
 
 #include "../gpu/gpt_attention.inc"  // each kernel file includes gpt_common.inc
 #include "../gpu/gpt_layers.inc"
