@@ -15,6 +15,7 @@ PlanShape plan_shape(const TrainOptions& o, int tp, int dp, int pp, int ep) {
   s.zero = o.zero;
   s.recompute = o.recompute;
   s.sp = o.sp;
+  s.vp = o.vp;
   s.micro_batch = o.micro_batch, s.seq = o.seq, s.micro_batches = o.micro_batches;
   s.act = o.act;
   return s;
@@ -35,6 +36,7 @@ Result<plan::MemoryBreakdown> predict_memory(const ir::Model& model, const PlanS
   p.num_microbatches = s.micro_batches;
   p.zero = s.zero;
   p.sp = s.sp;
+  p.vp = s.vp;
   p.recompute = s.recompute == Recompute::kFull        ? plan::Recompute::kFull
                 : s.recompute == Recompute::kSelective ? plan::Recompute::kSelective
                                                        : plan::Recompute::kNone;

@@ -32,6 +32,7 @@ struct PlanShape {
   int zero = 0;
   Recompute recompute = Recompute::kNone;
   bool sp = false;  // sequence parallelism (the planner's Plan::sp)
+  int vp = 1;       // virtual pipeline stages (the planner's Plan::vp)
   int64_t micro_batch = 1, seq = 1, micro_batches = 1;
   DType act = DType::kBF16;
 };

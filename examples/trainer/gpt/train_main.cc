@@ -237,16 +237,11 @@ Status run(CliOptions o) {
   }
   // Every rank: its allocator high-water mark beside the planner's prediction for its stage.
   TSR_ASSIGN_OR_RETURN(const ir::Model ir_model, ir::load_model(o.config));
-  // plan_shape has no vp: a vp run is printed without a prediction (it would be vp 1's).
   const Result<plan::MemoryBreakdown> predicted =
-      o.train.vp > 1
-          ? Result<plan::MemoryBreakdown>(invalid_argument("vp > 1 is not predicted here"))
-          : predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank());
-  // The plans the trainer runs and the planner does not model here (zero 3 under pp, vp) are
+      predict_memory(ir_model, plan_shape(o.train, o.tp, dp, o.pp, o.ep), groups.pp_rank());
+  // The plans the trainer runs and the planner does not model here (zero 3 under pp) are
   // printed without a prediction; any other planner error is an error.
-  if (!predicted.ok() && !(o.train.zero == 3 && o.pp > 1) && o.train.vp == 1) {
-    return predicted.status();
-  }
+  if (!predicted.ok() && !(o.train.zero == 3 && o.pp > 1)) return predicted.status();
   if (predicted.ok()) {
     const MemoryComparison memory = compare_memory(trainer->memory(), device.memory_stats().peak,
                                                    setup_peak, predicted.value());
