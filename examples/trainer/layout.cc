@@ -144,7 +144,14 @@ Result<TrainPlan> plan_from_json(std::string_view json_text, std::string_view so
   TSR_RETURN_IF_ERROR(get("vp", 1, kMaxPlanDegree, &p.vp));
   TSR_RETURN_IF_ERROR(get("mbs", 0, INT_MAX, &p.mbs));
   TSR_RETURN_IF_ERROR(get("zero", 0, 3, &p.zero));
-  if (j.contains("sp") && j["sp"].is_number_integer()) p.sp = j["sp"].get<int64_t>() != 0;
+  if (j.contains("sp")) {  // the planner writes 0/1; a JSON bool is accepted, anything else refused
+    if (j["sp"].is_boolean()) {
+      p.sp = j["sp"].get<bool>();
+    } else {
+      TSR_ASSIGN_OR_RETURN(const int sp, bounded_int(j["sp"], where + ": field 'sp'", 0, 1));
+      p.sp = sp == 1;
+    }
+  }
   if (j.contains("stage_layers") && j["stage_layers"].is_array()) {
     for (const auto& v : j["stage_layers"]) {
       TSR_ASSIGN_OR_RETURN(const int blocks,

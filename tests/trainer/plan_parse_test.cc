@@ -57,6 +57,11 @@ TEST(PlanParse, CarriesVirtualStagesAndSequenceParallelism) {
   EXPECT_EQ(plan_text(*text), "tp=2 pp=2 dp=1 zero=0 mbs=all vp=2 sp=1");
   EXPECT_FALSE(parse_plan("sp=2").ok());
   EXPECT_FALSE(parse_plan("vp=0").ok());
+  EXPECT_FALSE(plan_from_json(R"({"tp": 2, "sp": 2})", "plan.json").ok());
+  EXPECT_FALSE(plan_from_json(R"({"tp": 2, "sp": "1"})", "plan.json").ok());
+  auto as_bool = plan_from_json(R"({"tp": 2, "sp": true})", "plan.json");
+  ASSERT_TRUE(as_bool.ok()) << as_bool.status().message();
+  EXPECT_TRUE(as_bool->sp);
   auto json = plan_from_json(R"({"tp": 2, "pp": 2, "dp": 1, "vp": 2, "sp": 1})", "plan.json");
   ASSERT_TRUE(json.ok()) << json.status().message();
   EXPECT_EQ(json->vp, 2);

@@ -94,8 +94,8 @@ Status register_gpt_state(GptTrainer& trainer, ckpt::StateRegistry& registry) {
   } else {
     TSR_RETURN_IF_ERROR(register_whole(params, model.groups().tp_rank(), registry));
   }
-  if (!trainer.options().loss_scale.enabled()) return Status();
-  // The scaler's state beside the step: identical on every rank (the overflow check is global).
+  // The scaler's state beside the step, with or without scaling (a run may resume with another
+  // mode: LossScaler::set_state): identical on every rank (the overflow check is global).
   LossScaler& scaler = trainer.loss_scaler();
   return registry.add_blob(
       ckpt::BlobEntry{.name = "loss_scaler",

@@ -2,9 +2,9 @@
 // is registered, and how the trainer continues from a loaded or restored one.
 //
 // State: the f32 master weights and AdamW's two moments (device memory, copied by the
-// checkpointer on its own stream; never read by the CPU); the step is the checkpoint's; under
-// loss scaling the scaler's state (scale, good steps, skipped steps: a blob "loss_scaler", so
-// that the optimizer resumes at step - skipped). The
+// checkpointer on its own stream; never read by the CPU); the step is the checkpoint's; the loss
+// scaler's state (mode, scale, good steps, skipped steps: a blob "loss_scaler", saved with or
+// without scaling, so that the optimizer resumes at step - skipped in any mode). The
 // working copy is not saved: it is cast(master) and rebuilt after a load (refresh). Gradients are
 // not saved: a snapshot is taken between steps, where they are zero. The data is a function of
 // the step (data.h), so a run continued from step N sees the same samples as one run straight

@@ -71,27 +71,50 @@ void LossScaler::update(bool applied) {
   }
 }
 
+namespace {
+
+const char* mode_word(LossScaleMode mode) {
+  switch (mode) {
+    case LossScaleMode::kOff: return "off";
+    case LossScaleMode::kStatic: return "static";
+    case LossScaleMode::kDynamic: return "dynamic";
+  }
+  return "?";
+}
+
+}  // namespace
+
 std::string LossScaler::state() const {
-  char text[128];
-  std::snprintf(text, sizeof text, "scale=%a good=%" PRId64 " skipped=%" PRId64, scale_,
-                good_steps_, skipped_steps_);
+  char text[160];
+  std::snprintf(text, sizeof text, "mode=%s scale=%a good=%" PRId64 " skipped=%" PRId64,
+                mode_word(options_.mode), scale_, good_steps_, skipped_steps_);
   return text;
 }
 
 Status LossScaler::set_state(std::string_view text) {
   const std::string copy(text);
+  char mode[16] = {};
   double scale = 0;
   int64_t good = 0, skipped = 0;
   int consumed = 0;
-  if (std::sscanf(copy.c_str(), "scale=%la good=%" SCNd64 " skipped=%" SCNd64 "%n", &scale, &good,
-                  &skipped, &consumed) != 3 ||
-      size_t(consumed) != copy.size() || !(std::isfinite(scale) && scale > 0) || good < 0 ||
-      skipped < 0) {
+  const bool parsed =
+      std::sscanf(copy.c_str(), "mode=%15s scale=%la good=%" SCNd64 " skipped=%" SCNd64 "%n", mode,
+                  &scale, &good, &skipped, &consumed) == 4 &&
+      size_t(consumed) == copy.size();
+  const std::string saved_mode(mode);
+  if (!parsed || (saved_mode != "off" && saved_mode != "static" && saved_mode != "dynamic") ||
+      !(std::isfinite(scale) && scale > 0) || good < 0 || skipped < 0) {
     return invalid_argument("GPT loss scaler: malformed state '" + copy + "'");
   }
-  scale_ = scale;
-  good_steps_ = good;
+  // The skipped steps are history (AdamW's step count is the steps taken minus them), whatever
+  // this run's mode. The scale and its good-step count continue only from dynamic to dynamic: a
+  // static or disabled run keeps its configured scale, and a dynamic run resumed from a static or
+  // unscaled checkpoint (bf16 -> f16 at a resume) starts from its initial scale.
   skipped_steps_ = skipped;
+  if (options_.mode == LossScaleMode::kDynamic && saved_mode == "dynamic") {
+    scale_ = scale;
+    good_steps_ = good;
+  }
   return Status();
 }
 

@@ -63,8 +63,11 @@ class LossScaler {
   // growth_interval of them.
   void update(bool applied);
 
-  // The state a checkpoint keeps ("scale=0x1p+16 good=12 skipped=3": the scale in hexadecimal
-  // floating point, bitwise) and restores. set_state refuses malformed text naming it.
+  // The state a checkpoint keeps ("mode=dynamic scale=0x1p+16 good=12 skipped=3": the scale in
+  // hexadecimal floating point, bitwise) and restores: the skipped count always (AdamW's step
+  // count is the steps taken minus it), the scale and good steps only from a dynamic run into a
+  // dynamic run (otherwise the configured scale stands). set_state refuses malformed text
+  // naming it.
   std::string state() const;
   Status set_state(std::string_view text);
 
