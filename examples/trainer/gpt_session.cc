@@ -69,7 +69,11 @@ class GptSessionTrainer final : public SessionTrainer {
     report.seconds = seconds_since(start);
     report.dp_comm_s = r.comm_seconds;
     report.dp_exposed_s = r.exposed_comm_seconds;
-    report.compute_s = report.seconds - r.exposed_comm_seconds;
+    // tp and pp communication run on the compute stream: all of it is exposed.
+    report.tp_comm_s = r.tp_comm_seconds;
+    report.pp_comm_s = r.pp_comm_seconds;
+    report.compute_s = std::max(
+        0.0, report.seconds - r.tp_comm_seconds - r.pp_comm_seconds - r.exposed_comm_seconds);
     report.overlap_ratio = r.comm_seconds > 0 ? 1.0 - r.exposed_comm_seconds / r.comm_seconds : 1.0;
     return report;
   }

@@ -36,23 +36,6 @@ TrainOptions options_for(const Plan& p, DType act) {
   return o;
 }
 
-// A scratch directory for one test, removed with it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpt_ckpt_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) ? pattern : "";
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // One rank's world and its checkpointer's group (a communicator of its own, as the trainer's
 // persist thread needs).
 struct RankEnv {
@@ -149,10 +132,6 @@ std::optional<RankEnv> open_rank(int rank, int size) {
   return env;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Saved after 2 of kSteps steps and continued by a fresh trainer of the same plan: bitwise.
 int resume_body(int rank, int size, Plan plan, DType act, std::string dir) {
   auto env = open_rank(rank, size);
@@ -180,7 +159,7 @@ int resume_body(int rank, int size, Plan plan, DType act, std::string dir) {
 }
 
 void expect_resume_bitwise(Plan plan, DType act) {
-  ScratchDir dir;
+  ScratchDir dir("gpt_ckpt");
   ASSERT_FALSE(dir.path().empty());
   expect_ranks_pass(
       plan.tp * plan.dp,
@@ -270,7 +249,7 @@ int replan_body(int rank, int size, bool in_memory, std::string dir) {
 }
 
 TEST(GptCheckpoint, SavedUnderDataParallelLoadsUnderTensorParallel) {
-  ScratchDir dir;
+  ScratchDir dir("gpt_ckpt");
   ASSERT_FALSE(dir.path().empty());
   expect_ranks_pass(
       2, [&](int rank, int size) { return replan_body(rank, size, false, dir.path()); },
@@ -278,7 +257,7 @@ TEST(GptCheckpoint, SavedUnderDataParallelLoadsUnderTensorParallel) {
 }
 
 TEST(GptCheckpoint, ReshardFromMemoryMovesDataParallelToTensorParallel) {
-  ScratchDir dir;
+  ScratchDir dir("gpt_ckpt");
   ASSERT_FALSE(dir.path().empty());
   expect_ranks_pass(
       2, [&](int rank, int size) { return replan_body(rank, size, true, dir.path()); },
@@ -317,7 +296,7 @@ int one_rank_refusal_body(int rank, int size, std::string dir) {
 }
 
 TEST(GptCheckpoint, ZeroCheckpointIsRefusedUnderAnotherPlanNamingTheTensor) {
-  ScratchDir dir;
+  ScratchDir dir("gpt_ckpt");
   ASSERT_FALSE(dir.path().empty());
   expect_ranks_pass(
       2, [&](int rank, int size) { return refusal_body(rank, size, dir.path()); },

@@ -50,41 +50,6 @@ Result<ParamLayout> rank_layout(const GptConfig& config, const ParallelGroups& g
   return expert_layout(config, layout, groups.ep_rank(), groups.ep_size());
 }
 
-// How far `master` (in `layout`) is from `values` (in `other`, tensors matched by name; whole
-// tensors when `whole`, of which this rank's tp shard is compared, else the same shards); only the
-// tensors whose name contains `only` when it is given.
-ParamDiff diff_by_name(const ParamLayout& layout, const std::vector<float>& master,
-                       const ParamLayout& other, const std::vector<float>& values, bool whole,
-                       int tp_rank, int tp, double tol, const char* only = nullptr) {
-  std::map<std::string, const ParamSpec*> by_name;
-  for (const ParamSpec& spec : other.specs) by_name[spec.name] = &spec;
-  ParamDiff d;
-  double sum_sq = 0;
-  for (const ParamSpec& spec : layout.specs) {
-    if (only && spec.name.find(only) == std::string::npos) continue;
-    const ParamSpec& theirs = *by_name.at(spec.name);
-    const std::span<const float> ref(values.data() + theirs.offset, theirs.local_count());
-    const std::vector<float> want =
-        whole ? shard_of(spec, ref, tp_rank, tp) : std::vector<float>(ref.begin(), ref.end());
-    for (size_t j = 0; j < want.size(); ++j) {
-      const double got = master[spec.offset + j], diff = std::abs(got - double(want[j]));
-      d.worst = std::max(d.worst, diff);
-      sum_sq += diff * diff;
-      if (diff > tol && d.first_beyond.empty()) {
-        d.first_beyond = spec.name + "[" + std::to_string(j) + "] = " + std::to_string(got) +
-                         ", other " + std::to_string(want[j]);
-      }
-    }
-  }
-  d.rms = std::sqrt(sum_sq / double(std::max<size_t>(master.size(), 1)));
-  return d;
-}
-
-bool same_bits(const RunOut& a, const RunOut& b) {
-  return a.losses == b.losses && a.master.size() == b.master.size() &&
-         std::memcmp(a.master.data(), b.master.data(), a.master.size() * sizeof(float)) == 0;
-}
-
 // The smallest and largest pipeline stage over `comm` (this rank's alone when comm is null).
 Result<std::pair<double, double>> stages_in(const DeviceEnv& env, const ParallelGroups& groups,
                                             const std::shared_ptr<coll::Communicator>& comm) {
@@ -129,12 +94,9 @@ int grid_body(int rank, int size, Grid grid) {
   CHILD_OK(parallel.status());
   auto reference = run_grid_steps(*env, *config, {}, grid.micro_batches * grid.dp);
   CHILD_OK(reference.status());
-  for (int s = 0; s < kSteps; ++s) {
-    const double a = parallel->losses[size_t(s)], b = reference->losses[size_t(s)];
-    if (rank == 0) std::fprintf(stderr, "step %d loss %.7f (1 rank %.7f)\n", s + 1, a, b);
-    CHILD_CHECK(std::abs(a - b) <= kLossTol * std::abs(b), "rank %d step %d loss %.9g, 1 rank %.9g",
-                rank, s + 1, a, b);
-  }
+  const std::string loss =
+      loss_beyond(parallel->losses, reference->losses, kLossTol, "1 rank", rank == 0);
+  CHILD_CHECK(loss.empty(), "%s", loss.c_str());
   auto local = rank_layout(*config, groups);
   auto full = make_layout(*config, 0, 1);
   CHILD_OK(local.status());
@@ -157,11 +119,9 @@ int grid_body(int rank, int size, Grid grid) {
     CHILD_OK(dense_groups.status());
     auto dense = run_grid_steps(*env, *config, *dense_groups, grid.micro_batches);
     CHILD_OK(dense.status());
-    for (int s = 0; s < kSteps; ++s) {
-      const double a = parallel->losses[size_t(s)], b = dense->losses[size_t(s)];
-      CHILD_CHECK(std::abs(a - b) <= kLossTol * std::abs(b), "step %d loss %.9g, ep 1 %.9g", s + 1,
-                  a, b);
-    }
+    const std::string dense_loss =
+        loss_beyond(parallel->losses, dense->losses, kLossTol, "ep 1", false);
+    CHILD_CHECK(dense_loss.empty(), "%s", dense_loss.c_str());
     auto dense_layout = rank_layout(*config, *dense_groups);
     CHILD_OK(dense_layout.status());
     const ParamDiff e = diff_by_name(*local, parallel->master, *dense_layout, dense->master, false,
@@ -185,7 +145,7 @@ int grid_body(int rank, int size, Grid grid) {
     auto wrong = run_grid_steps(*env, *config, broken, grid.micro_batches);
     CHILD_OK(wrong.status());
     const ParamDiff w = diff_by_name(*local, wrong->master, *full, reference->master, true, tp_rank,
-                                     grid.tp, kParamTol, ".moe.expert");
+                                     grid.tp, kParamTol, "other", ".moe.expert");
     std::fprintf(stderr, "rank %d without the expert_dp sum: experts off by up to %.3g (%s)\n",
                  rank, w.worst, w.first_beyond.c_str());
     CHILD_CHECK(!w.first_beyond.empty(), "rank %d: a missing expert_dp sum went unnoticed", rank);
@@ -195,9 +155,7 @@ int grid_body(int rank, int size, Grid grid) {
 }
 
 void expect_grid_matches_one_rank(Grid grid) {
-  expect_ranks_pass(
-      grid.tp * grid.dp * grid.pp,
-      [grid](int rank, int size) { return grid_body(rank, size, grid); }, kDeadline);
+  expect_grid_ranks_pass(grid, grid_body, kDeadline);
 }
 
 // pp 2 x dp 2, ep 2 (4 ranks): each stage's two dp ranks split its experts; against 1 rank and

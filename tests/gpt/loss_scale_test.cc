@@ -26,10 +26,6 @@
 namespace tessera::gpt::testing {
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 TrainOptions scaled_options(DType act, LossScaleMode mode, double initial) {
   TrainOptions o = parallel_test_options(1);
   o.act = act;
@@ -93,6 +89,22 @@ TEST(LossScaler, BacksOffToTheMinimumAndGrowsAfterTheWindow) {
   EXPECT_EQ(constant.scale(), 128);
   EXPECT_EQ(constant.skipped_steps(), 1);
   EXPECT_EQ(LossScaler(LossScaleOptions{}).scale(), 1);
+
+  // Another mode at a resume: the skipped steps carry over (AdamW's count depends on them), the
+  // scale only from dynamic into dynamic; a static run keeps its configured scale.
+  LossScaler now_static(fixed);
+  ASSERT_TRUE(now_static.set_state(scaler.state()).ok());
+  EXPECT_EQ(now_static.scale(), 128);
+  EXPECT_EQ(now_static.skipped_steps(), 4);
+  LossScaler now_off{LossScaleOptions{}};
+  ASSERT_TRUE(now_off.set_state(scaler.state()).ok());
+  EXPECT_EQ(now_off.scale(), 1);
+  EXPECT_EQ(now_off.skipped_steps(), 4);
+  LossScaler from_static(o);
+  ASSERT_TRUE(from_static.set_state(constant.state()).ok()) << constant.state();
+  EXPECT_EQ(from_static.scale(), o.initial_scale);
+  EXPECT_EQ(from_static.skipped_steps(), 1);
+  EXPECT_FALSE(restored.set_state("mode=sometimes scale=0x1p+0 good=0 skipped=0").ok());
 }
 
 TEST(LossScaler, OutOfRangeOptionsAreRefusedNamingTheField) {
@@ -344,24 +356,8 @@ TEST(LossScaling, PipelineAndDataParallelRanksSkipTogetherWhenOneOverflows) {
 
 // ---- checkpoint --------------------------------------------------------------------------------
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpt_scale_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) ? pattern : "";
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(LossScaling, CheckpointResumeUnderScalingIsBitwise) {
-  ScratchDir dir;
+  ScratchDir dir("gpt_scale");
   ASSERT_FALSE(dir.path().empty());
   auto env = open_device();
   ASSERT_TRUE(env.has_value());

@@ -27,17 +27,6 @@ struct Measured {
   uint64_t largest = 0;  // ZeRO's largest block, padded elements (zero 2's second scratch)
 };
 
-// The padded elements of the plan's largest block part (zero 2 --overlap's second scratch).
-uint64_t largest_block(const ZeroPlan& plan) {
-  uint64_t largest = 0;
-  for (size_t k = 1; k + 1 < plan.parts.size(); ++k) {
-    uint64_t n = 0;
-    for (int u : plan.parts[k]) n += plan.shards.units[size_t(u)].padded;
-    largest = std::max(largest, n);
-  }
-  return largest;
-}
-
 // `predict`: ask the planner too (it refuses some plans the trainer runs: zero 3 under pp).
 // `layers` > 0 replaces the config's block count (then the planner, which reads the file's, is not
 // asked).

@@ -10,11 +10,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "config.h"
@@ -116,13 +120,85 @@ inline Result<RunOut> run_steps(const DeviceEnv& env, const GptConfig& config,
   return out;
 }
 
-// How far a rank's master weights (its tp shard, in make_layout(config, tp_rank, tp) order) are
-// from a 1-rank run's (`reference`, in make_layout(config, 0, 1) order): the largest and the rms
-// absolute difference, and the first element further than `tol` ("" when none is).
+// Each step's loss against `reference`'s: within `rel_tol` of it (relative; 0: equal). The first
+// step that is not, as "step N loss X, <other> Y" ("" when every step is); `print`: each step's
+// pair on stderr (for rank 0).
+inline std::string loss_beyond(const std::vector<double>& losses,
+                               const std::vector<double>& reference, double rel_tol,
+                               const char* other, bool print) {
+  if (losses.size() != reference.size()) {
+    return std::to_string(losses.size()) + " losses, " + other + " " +
+           std::to_string(reference.size());
+  }
+  for (size_t s = 0; s < losses.size(); ++s) {
+    const double a = losses[s], b = reference[s];
+    if (print) std::fprintf(stderr, "step %zu loss %.7f (%s %.7f)\n", s + 1, a, other, b);
+    if (rel_tol == 0 ? a == b : std::abs(a - b) <= rel_tol * std::abs(b)) continue;
+    char line[160];
+    std::snprintf(line, sizeof line, "step %zu loss %.9g, %s %.9g", s + 1, a, other, b);
+    return line;
+  }
+  return "";
+}
+
+// Bitwise equal weights; and two runs with the same losses and bitwise the same weights.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+inline bool same_bits(const RunOut& a, const RunOut& b) {
+  return a.losses == b.losses && same_bits(a.master, b.master);
+}
+
+// The padded elements of the plan's largest block part (zero 2 --overlap's second scratch).
+inline uint64_t largest_block(const ZeroPlan& plan) {
+  uint64_t largest = 0;
+  for (size_t k = 1; k + 1 < plan.parts.size(); ++k) {
+    uint64_t n = 0;
+    for (int u : plan.parts[k]) n += plan.shards.units[size_t(u)].padded;
+    largest = std::max(largest, n);
+  }
+  return largest;
+}
+
+// How far `master` (in `layout`) is from `values` (in `other`), tensors matched by name: whole
+// tensors when `whole`, of which this rank's tp shard is compared, else the same shards; only the
+// tensors whose name contains `only` when it is given. The largest and the rms absolute difference
+// (over all of `master`), and the first element further than `tol` ("" when none is), naming the
+// other side `other_name`.
 struct ParamDiff {
   double worst = 0, rms = 0;
   std::string first_beyond;
 };
+inline ParamDiff diff_by_name(const ParamLayout& layout, const std::vector<float>& master,
+                              const ParamLayout& other, const std::vector<float>& values,
+                              bool whole, int tp_rank, int tp, double tol,
+                              const char* other_name = "other", const char* only = nullptr) {
+  std::map<std::string, const ParamSpec*> by_name;
+  for (const ParamSpec& spec : other.specs) by_name[spec.name] = &spec;
+  ParamDiff d;
+  double sum_sq = 0;
+  for (const ParamSpec& spec : layout.specs) {
+    if (only && spec.name.find(only) == std::string::npos) continue;
+    const ParamSpec& theirs = *by_name.at(spec.name);
+    const std::span<const float> ref(values.data() + theirs.offset, theirs.local_count());
+    const std::vector<float> want =
+        whole ? shard_of(spec, ref, tp_rank, tp) : std::vector<float>(ref.begin(), ref.end());
+    for (size_t j = 0; j < want.size(); ++j) {
+      const double got = master[spec.offset + j], diff = std::abs(got - double(want[j]));
+      d.worst = std::max(d.worst, diff);
+      sum_sq += diff * diff;
+      if (diff > tol && d.first_beyond.empty()) {
+        d.first_beyond = spec.name + "[" + std::to_string(j) + "] = " + std::to_string(got) + ", " +
+                         other_name + " " + std::to_string(want[j]);
+      }
+    }
+  }
+  d.rms = std::sqrt(sum_sq / double(std::max<size_t>(master.size(), 1)));
+  return d;
+}
+
+// How far a rank's master weights (its tp shard, in make_layout(config, tp_rank, tp) order) are
+// from a 1-rank run's (`reference`, in make_layout(config, 0, 1) order), as diff_by_name.
 inline Result<ParamDiff> diff_from_one_rank(const GptConfig& config, int tp_rank, int tp,
                                             const std::vector<float>& master,
                                             const std::vector<float>& reference, double tol) {
@@ -132,26 +208,29 @@ inline Result<ParamDiff> diff_from_one_rank(const GptConfig& config, int tp_rank
     return invalid_argument("diff_from_one_rank: " + std::to_string(master.size()) + " and " +
                             std::to_string(reference.size()) + " values");
   }
-  ParamDiff d;
-  double sum_sq = 0;
-  for (size_t i = 0; i < local.specs.size(); ++i) {
-    const ParamSpec& spec = local.specs[i];
-    const ParamSpec& whole = full.specs[i];
-    const std::span<const float> ref(reference.data() + whole.offset, whole.local_count());
-    const std::vector<float> want = shard_of(spec, ref, tp_rank, tp);
-    for (size_t j = 0; j < want.size(); ++j) {
-      const double got = master[spec.offset + j], diff = std::abs(got - double(want[j]));
-      d.worst = std::max(d.worst, diff);
-      sum_sq += diff * diff;
-      if (diff > tol && d.first_beyond.empty()) {
-        d.first_beyond = spec.name + "[" + std::to_string(j) + "] = " + std::to_string(got) +
-                         ", 1 rank " + std::to_string(want[j]);
-      }
-    }
-  }
-  d.rms = std::sqrt(sum_sq / double(std::max<size_t>(master.size(), 1)));
-  return d;
+  return diff_by_name(local, master, full, reference, true, tp_rank, tp, tol, "1 rank");
 }
+
+// A scratch directory for one test (under the temporary directory, named `prefix`_XXXXXX),
+// removed with it; path() is "" when it could not be made.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const char* prefix) {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / (std::string(prefix) + "_XXXXXX")).string();
+    path_ = ::mkdtemp(pattern.data()) ? pattern : "";
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 inline std::string config_path(const char* file) {
   return std::string(TESSERA_GPT_CONFIG_DIR) + "/" + file;

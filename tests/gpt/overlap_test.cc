@@ -19,10 +19,10 @@ namespace {
 constexpr int kSteps = 4;
 
 struct Case {
-  const char* config;  // null: tiny_config(tiny)
-  int tp;
-  int dp;
-  uint64_t bucket_bytes;  // 1: a bucket per unit; 0: the engine's rule (one bucket here)
+  const char* config = "tiny-llama.json";  // null: tiny_config(tiny)
+  int tp = 1;
+  int dp = 2;
+  uint64_t bucket_bytes = 0;  // 1: a bucket per unit; 0: the engine's rule (one bucket here)
   int pp = 1;
   DType wire = DType::kF32;  // grad_comm
   int ep = 1;
@@ -127,18 +127,7 @@ uint64_t run_zero_largest(const DeviceEnv& env, const GptConfig& config,
                           const ParallelGroups& groups, const TrainOptions& options) {
   auto trainer = GptTrainer::create(*env.device, config, *env.kernels, groups, options);
   if (!trainer.ok()) return 0;
-  const ZeroPlan& plan = (*trainer)->zero();
-  uint64_t largest = 0;
-  for (size_t k = 1; k + 1 < plan.parts.size(); ++k) {
-    uint64_t n = 0;
-    for (int u : plan.parts[k]) n += plan.shards.units[size_t(u)].padded;
-    largest = std::max(largest, n);
-  }
-  return largest;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return largest_block((*trainer)->zero());
 }
 
 double median(std::vector<double> v) {
@@ -208,12 +197,9 @@ int overlap_body(int rank, int size, Case c) {
               "accounted %llu B, without overlap %llu B",
               (unsigned long long)overlapped->out.memory.total(),
               (unsigned long long)plain.memory.total());
-  for (int s = 0; s < kSteps; ++s) {
-    const double a = overlapped->out.losses[size_t(s)], b = plain.losses[size_t(s)];
-    if (rank == 0) std::fprintf(stderr, "step %d loss %.7f (without overlap %.7f)\n", s + 1, a, b);
-    CHILD_CHECK(c.bitwise ? a == b : std::abs(a - b) <= kLossTol * std::abs(b),
-                "step %d loss %.9g, without %.9g", s + 1, a, b);
-  }
+  const std::string loss = loss_beyond(overlapped->out.losses, plain.losses,
+                                       c.bitwise ? 0 : kLossTol, "without overlap", rank == 0);
+  CHILD_CHECK(loss.empty(), "%s", loss.c_str());
   // The same grid: both hold this rank's tp shard (this stage's) in the same layout.
   CHILD_CHECK(overlapped->out.master.size() == plain.master.size(), "%zu parameters, without %zu",
               overlapped->out.master.size(), plain.master.size());
@@ -251,180 +237,123 @@ int overlap_body(int rank, int size, Case c) {
 }
 
 void expect_overlap_matches_plain(Case c) {
-  expect_ranks_pass(
-      c.tp * c.dp * c.pp, [c](int rank, int size) { return overlap_body(rank, size, c); },
-      std::chrono::milliseconds(240000));
+  expect_grid_ranks_pass(c, overlap_body, std::chrono::milliseconds(240000));
 }
 
 TEST(GptOverlap, DataParallelTwoMatchesAllreduceDenseBucketPerUnit) {
-  expect_overlap_matches_plain({"tiny-llama.json", 1, 2, 1});
+  expect_overlap_matches_plain({.bucket_bytes = 1});
 }
 // Tied embeddings: the embedding's unit is marked after the embedding's backward, not the head's.
 TEST(GptOverlap, DataParallelTwoMatchesAllreduceMoeTiedBucketPerUnit) {
-  expect_overlap_matches_plain({"tiny-mixtral.json", 1, 2, 1});
+  expect_overlap_matches_plain({.config = "tiny-mixtral.json", .bucket_bytes = 1});
 }
 TEST(GptOverlap, DataParallelTwoMatchesAllreduceDenseDefaultBuckets) {
-  expect_overlap_matches_plain({"tiny-llama.json", 1, 2, 0});
+  expect_overlap_matches_plain({});
 }
 // The engine's communicator is split from dp; the tp collectives stay on the compute stream.
 TEST(GptOverlap, TwoByTwoGridMatchesAllreduceDense) {
-  expect_overlap_matches_plain({"tiny-llama.json", 2, 2, 1});
+  expect_overlap_matches_plain({.tp = 2, .bucket_bytes = 1});
 }
 
 // bf16 on the wire: the engine's bf16 codec against the trainer's cast + bf16 allreduce.
 TEST(GptOverlap, Bf16WireBitwiseLikeTheTrainersBf16Dense) {
-  Case c{"tiny-llama.json", 1, 2, 1};
-  c.wire = DType::kBF16;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.bucket_bytes = 1, .wire = DType::kBF16, .bitwise = true});
 }
 TEST(GptOverlap, Bf16WireBitwiseLikeTheTrainersBf16MoeTiedDefaultBuckets) {
-  Case c{"tiny-mixtral.json", 1, 2, 0};
-  c.wire = DType::kBF16;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.config = "tiny-mixtral.json", .wire = DType::kBF16, .bitwise = true});
 }
 TEST(GptOverlap, Bf16WireBitwiseLikeTheTrainersBf16TwoByTwoGrid) {
-  Case c{"tiny-llama.json", 2, 2, 1};
-  c.wire = DType::kBF16;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.tp = 2, .bucket_bytes = 1, .wire = DType::kBF16, .bitwise = true});
 }
 
 // pp 2 x dp 2: each stage's engine on its own dp group, units marked at the last of 3 backwards
 // under 1F1B (warm-up, steady state and cool-down backwards).
 TEST(GptOverlap, TwoStagesByDataParallelTwoBitwiseLikeAllreduceDense) {
-  Case c{"tiny-llama.json", 1, 2, 1, 2};
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.bucket_bytes = 1, .pp = 2, .micro_batches = 3, .bitwise = true});
 }
 // A tied embedding on the first and last stage: summed over the embedding group, then marked.
 TEST(GptOverlap, TwoStagesByDataParallelTwoBitwiseLikeAllreduceTied) {
-  Case c{nullptr, 1, 2, 1, 2};
-  c.tiny = Tiny::kGpt2;
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.config = nullptr,
+                                .bucket_bytes = 1,
+                                .pp = 2,
+                                .micro_batches = 3,
+                                .bitwise = true,
+                                .tiny = Tiny::kGpt2});
 }
 TEST(GptOverlap, TwoStagesByDataParallelTwoBf16WireTiedDefaultBuckets) {
-  Case c{nullptr, 1, 2, 0, 2};
-  c.tiny = Tiny::kGpt2;
-  c.wire = DType::kBF16;
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.config = nullptr,
+                                .pp = 2,
+                                .wire = DType::kBF16,
+                                .micro_batches = 3,
+                                .bitwise = true,
+                                .tiny = Tiny::kGpt2});
 }
 
 // zero 1: the engine sums the whole (padded) gradient, ZeroEngine updates the slices.
 TEST(GptOverlap, ZeroOneBitwiseLikeZeroOneDenseBucketPerUnit) {
-  Case c{"tiny-llama.json", 1, 2, 1};
-  c.zero = 1;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.bucket_bytes = 1, .zero = 1, .bitwise = true});
 }
 TEST(GptOverlap, ZeroOneBitwiseLikeZeroOneMoeTiedDefaultBuckets) {
-  Case c{"tiny-mixtral.json", 1, 2, 0};
-  c.zero = 1;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.config = "tiny-mixtral.json", .zero = 1, .bitwise = true});
 }
 TEST(GptOverlap, ZeroOneBitwiseLikeZeroOneTwoStagesByDataParallelTwo) {
-  Case c{"tiny-llama.json", 1, 2, 1, 2};
-  c.zero = 1;
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.bucket_bytes = 1, .pp = 2, .zero = 1, .micro_batches = 3, .bitwise = true});
 }
 
 // ep 2 over dp 2: every rank holds other experts (no expert sum), the rest through the engine.
 TEST(GptOverlap, ExpertParallelTwoOverDataParallelTwoBitwiseMoe) {
-  Case c{"tiny-mixtral.json", 1, 2, 1};
-  c.ep = 2;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.config = "tiny-mixtral.json", .bucket_bytes = 1, .ep = 2, .bitwise = true});
 }
 // ep 2 over dp 4: the experts sum over expert_dp (2 ranks) through a second engine, the rest over
 // dp 4 (a 4-rank sum: the ring's order depends on where an element falls in the buffer, which
 // differs between one buffer and a bucket per unit, so within the tolerances, not bitwise).
 TEST(GptOverlap, ExpertParallelTwoOverDataParallelFourMatchesMoe) {
-  Case c{"tiny-mixtral.json", 1, 4, 1};
-  c.ep = 2;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.config = "tiny-mixtral.json", .dp = 4, .bucket_bytes = 1, .ep = 2});
 }
 TEST(GptOverlap, ExpertParallelTwoOverDataParallelFourBf16WireMoeDefaultBuckets) {
-  Case c{"tiny-mixtral.json", 1, 4, 0};
-  c.ep = 2;
-  c.wire = DType::kBF16;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.config = "tiny-mixtral.json", .dp = 4, .wire = DType::kBF16, .ep = 2});
 }
 
 // zero 2: ZeroEngine's reduce-scatters on a communication stream (zero.h, "Overlap"), two
 // gradient scratch buffers alternating; the same collectives in the same order.
 TEST(GptOverlap, ZeroTwoBitwiseLikeZeroTwoDense) {
-  Case c{"tiny-llama.json", 1, 2, 0};
-  c.zero = 2;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.zero = 2, .bitwise = true});
 }
 // The tied embedding's unit is reduced twice per micro-batch (with the head, with the embedding).
 TEST(GptOverlap, ZeroTwoBitwiseLikeZeroTwoMoeTied) {
-  Case c{"tiny-mixtral.json", 1, 2, 0};
-  c.zero = 2;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.config = "tiny-mixtral.json", .zero = 2, .bitwise = true});
 }
 TEST(GptOverlap, ZeroTwoBitwiseLikeZeroTwoTwoByTwoGrid) {
-  Case c{"tiny-llama.json", 2, 2, 0};
-  c.zero = 2;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.tp = 2, .zero = 2, .bitwise = true});
 }
 TEST(GptOverlap, ZeroTwoBitwiseLikeZeroTwoTwoStagesByDataParallelTwo) {
-  Case c{"tiny-llama.json", 1, 2, 0, 2};
-  c.zero = 2;
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.pp = 2, .zero = 2, .micro_batches = 3, .bitwise = true});
 }
 
 // zero 3: the gathers (and the prefetch into the second slot) on the communication stream too,
 // the compute stream waiting for a part's slot before its forward, replay or backward. With 8
 // blocks the plan has two gather slots (zero.h), with tiny-llama's 2 one.
 TEST(GptOverlap, ZeroThreeBitwiseLikeZeroThreeDenseEightBlocks) {
-  Case c{"tiny-llama.json", 1, 2, 0};
-  c.zero = 3;
-  c.layers = 8;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.layers = 8, .zero = 3, .bitwise = true});
 }
 TEST(GptOverlap, ZeroThreeBitwiseLikeZeroThreeDense) {
-  Case c{"tiny-llama.json", 1, 2, 0};
-  c.zero = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.zero = 3, .bitwise = true});
 }
 // The tied embedding is in two parts (the head's and the embedding's).
 TEST(GptOverlap, ZeroThreeBitwiseLikeZeroThreeMoeTied) {
-  Case c{"tiny-mixtral.json", 1, 2, 0};
-  c.zero = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.config = "tiny-mixtral.json", .zero = 3, .bitwise = true});
 }
 TEST(GptOverlap, ZeroThreeBitwiseLikeZeroThreeTwoByTwoGridEightBlocks) {
-  Case c{"tiny-llama.json", 2, 2, 0};
-  c.zero = 3;
-  c.layers = 8;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain({.tp = 2, .layers = 8, .zero = 3, .bitwise = true});
 }
 TEST(GptOverlap, ZeroThreeBitwiseLikeZeroThreeTwoStagesByDataParallelTwoEightBlocks) {
-  Case c{"tiny-llama.json", 1, 2, 0, 2};
-  c.zero = 3;
-  c.layers = 8;
-  c.micro_batches = 3;
-  c.bitwise = true;
-  expect_overlap_matches_plain(c);
+  expect_overlap_matches_plain(
+      {.pp = 2, .layers = 8, .zero = 3, .micro_batches = 3, .bitwise = true});
 }
 
 // What the option refuses is what the plain path refuses: zero with bf16 on the wire.

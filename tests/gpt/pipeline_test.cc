@@ -56,12 +56,9 @@ int grid_body(int rank, int size, Grid grid) {
   auto reference = run_stage_steps(*env, *config, {}, grid.micro_batches * grid.dp, grid.clip_norm);
   CHILD_OK(reference.status());
 
-  for (int s = 0; s < kSteps; ++s) {
-    const double a = parallel->losses[size_t(s)], b = reference->losses[size_t(s)];
-    if (rank == 0) std::fprintf(stderr, "step %d loss %.7f (1 rank %.7f)\n", s + 1, a, b);
-    CHILD_CHECK(std::abs(a - b) <= kLossTol * std::abs(b), "rank %d step %d loss %.9g, 1 rank %.9g",
-                rank, s + 1, a, b);
-  }
+  const std::string loss =
+      loss_beyond(parallel->losses, reference->losses, kLossTol, "1 rank", rank == 0);
+  CHILD_CHECK(loss.empty(), "%s", loss.c_str());
   // The stage's tensors, found by name in the 1-rank layout.
   auto range = stage_range(config->layers, stage, grid.pp);
   CHILD_OK(range.status());
@@ -70,23 +67,11 @@ int grid_body(int rank, int size, Grid grid) {
   CHILD_OK(local_full.status());
   CHILD_OK(full.status());
   const ParamLayout local = stage_layout(*local_full, *range);
-  std::map<std::string, const ParamSpec*> by_name;
-  for (const ParamSpec& spec : full->specs) by_name[spec.name] = &spec;
   CHILD_CHECK(local.total == parallel->master.size(), "stage %d holds %zu weights, layout %llu",
               stage, parallel->master.size(), (unsigned long long)local.total);
-  double worst = 0, sum_sq = 0;
-  for (const ParamSpec& spec : local.specs) {
-    const ParamSpec& whole = *by_name.at(spec.name);
-    const std::span<const float> ref(reference->master.data() + whole.offset, whole.local_count());
-    const std::vector<float> want = shard_of(spec, ref, tp_rank, grid.tp);
-    for (size_t j = 0; j < want.size(); ++j) {
-      const double diff = std::abs(double(parallel->master[spec.offset + j]) - double(want[j]));
-      worst = std::max(worst, diff);
-      sum_sq += diff * diff;
-      CHILD_CHECK(diff <= kParamTol, "%s[%zu] = %.9g, 1 rank %.9g", spec.name.c_str(), j,
-                  double(parallel->master[spec.offset + j]), double(want[j]));
-    }
-  }
+  const ParamDiff d = diff_by_name(local, parallel->master, *full, reference->master, true, tp_rank,
+                                   grid.tp, kParamTol, "1 rank");
+  CHILD_CHECK(d.first_beyond.empty(), "%s", d.first_beyond.c_str());
   if (config->tied) {
     // The first and last stage's copies of the tied embedding are bitwise identical: each equals
     // the elementwise max over the embedding group.
@@ -103,22 +88,18 @@ int grid_body(int rank, int size, Grid grid) {
     CHILD_OK(most.status());
     CHILD_CHECK(*most == mine, "stage %d: the tied embedding's copies differ", stage);
   }
-  const double rms = std::sqrt(sum_sq / double(std::max<size_t>(parallel->master.size(), 1)));
   std::fprintf(stderr,
                "rank %d (stage %d of %d, blocks %d..%d, tp %d of %d): %zu parameters within %.3g "
                "of the 1-rank run (rms %.3g)\n",
                rank, stage, grid.pp, range->first_layer, range->end_layer - 1, tp_rank, grid.tp,
-               parallel->master.size(), worst, rms);
-  CHILD_CHECK(rms <= kParamRmsTol, "parameter differences: rms %.3g", rms);
+               parallel->master.size(), d.worst, d.rms);
+  CHILD_CHECK(d.rms <= kParamRmsTol, "parameter differences: rms %.3g", d.rms);
   CHILD_OK(world->barrier());
   return 0;
 }
 
 void expect_pipeline_matches_one_rank(Grid grid) {
-  expect_ranks_pass(
-      grid.tp * grid.dp * grid.pp,
-      [grid](int rank, int size) { return grid_body(rank, size, grid); },
-      std::chrono::milliseconds(240000));
+  expect_grid_ranks_pass(grid, grid_body, std::chrono::milliseconds(240000));
 }
 
 TEST(GptPipeline, StageRangesSplitLikeThePlanner) {
@@ -210,6 +191,67 @@ int refuse_body(int rank, int size) {
 
 TEST(GptPipeline, RefusesZeroWithTiedOrMoe) {
   expect_ranks_pass(4, refuse_body, std::chrono::milliseconds(120000));
+}
+
+// The step's tensor-parallel and pipeline communication (StepResult::tp_comm_seconds,
+// pp_comm_seconds, the groups' CommTimers): above 0 where that group has two ranks, exactly 0
+// where it has one, on every rank and every step (the second reuses the first's event pairs); a
+// 1-rank run reports neither. Only > 0 / == 0 is asserted, never a time.
+struct CommGrid {
+  int tp = 1, pp = 1, vp = 1;
+};
+
+int comm_body(int rank, int size, CommGrid grid) {
+  auto env = open_device();
+  CHILD_CHECK(env.has_value(), "no device");
+  // demo-llama: 4 layers, enough for pp 2 x vp 2.
+  auto config = load_config(config_path("demo-llama.json"));
+  CHILD_OK(config.status());
+  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
+  CHILD_CHECK(world != nullptr, "no communicator");
+  auto groups = make_groups(world, grid.tp, 1, grid.pp);
+  CHILD_OK(groups.status());
+  TrainOptions options = parallel_test_options(2);
+  options.vp = grid.vp;
+  auto check = [&](ParallelGroups g, int tp, int pp, const char* what) -> int {
+    auto trainer = GptTrainer::create(*env->device, *config, *env->kernels, std::move(g), options);
+    CHILD_OK(trainer.status());
+    CHILD_OK((*trainer)->init(*env->stream));
+    for (int s = 0; s < 2; ++s) {
+      auto r = (*trainer)->step(*env->stream);
+      CHILD_OK(r.status());
+      std::fprintf(stderr, "rank %d %s step %d: tp comm %.3g s, pp comm %.3g s\n", rank, what,
+                   s + 1, r->tp_comm_seconds, r->pp_comm_seconds);
+      CHILD_CHECK(tp > 1 ? r->tp_comm_seconds > 0 : r->tp_comm_seconds == 0,
+                  "rank %d %s step %d: tp comm %.9g s at tp %d", rank, what, s + 1,
+                  r->tp_comm_seconds, tp);
+      CHILD_CHECK(pp > 1 ? r->pp_comm_seconds > 0 : r->pp_comm_seconds == 0,
+                  "rank %d %s step %d: pp comm %.9g s at pp %d", rank, what, s + 1,
+                  r->pp_comm_seconds, pp);
+    }
+    return 0;
+  };
+  if (check(*groups, grid.tp, grid.pp, "grid") != 0) return 1;
+  options.vp = 1;
+  if (check({}, 1, 1, "1 rank") != 0) return 1;
+  CHILD_OK(world->barrier());
+  return 0;
+}
+
+void expect_comm_reported(CommGrid grid) {
+  expect_ranks_pass(
+      grid.tp * grid.pp, [grid](int rank, int size) { return comm_body(rank, size, grid); },
+      std::chrono::milliseconds(120000));
+}
+
+TEST(GptPipeline, StepReportsTensorParallelCommunicationUnderTpTwo) {
+  expect_comm_reported({2, 1, 1});
+}
+TEST(GptPipeline, StepReportsPipelineTransfersUnderPpTwo) {
+  expect_comm_reported({1, 2, 1});
+}
+TEST(GptPipeline, StepReportsPipelineTransfersOfTheInterleavedSchedule) {
+  expect_comm_reported({1, 2, 2});
 }
 }  // namespace
 }  // namespace tessera::gpt::testing

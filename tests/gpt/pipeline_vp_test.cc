@@ -338,9 +338,7 @@ int grid_body(int rank, int size, Grid grid) {
 }
 
 void expect_matches_one_rank(Grid grid) {
-  expect_ranks_pass(
-      grid.tp * grid.dp * grid.pp,
-      [grid](int rank, int size) { return grid_body(rank, size, grid); }, kDeadline);
+  expect_grid_ranks_pass(grid, grid_body, kDeadline);
 }
 
 // pp 2 vp 2, 4 blocks: stage 0 holds blocks 0 and 2 (with the embedding), stage 1 blocks 1 and 3

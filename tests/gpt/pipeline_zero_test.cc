@@ -40,10 +40,6 @@ TrainOptions options_for(int zero, int64_t micro_batches, bool recompute = false
   return options;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // The stage's master weights (stage_layout order) against the 1-rank run's, found by name.
 int check_stage_weights(int rank, const GptConfig& config, int stage, const RunOut& parallel,
                         const RunOut& reference) {

@@ -44,15 +44,11 @@ TrainOptions grid_options(const Grid& grid, int64_t micro_batches, bool sp) {
   return options;
 }
 
-// The largest and rms difference of this rank's parameters (tp shard of stage `stage`) from a
-// 1-rank run's, by tensor name; CHILD-style failure text in `why` for the first beyond `tol`.
-struct Diff {
-  double worst = 0, rms = 0;
-  std::string first_beyond;
-};
-Result<Diff> diff_by_name(const GptConfig& config, const Grid& grid, int tp_rank, int stage,
-                          const std::vector<float>& master, const std::vector<float>& reference,
-                          double tol) {
+// How far this rank's parameters (tp shard of stage `stage`) are from a 1-rank run's, by tensor
+// name (diff_by_name).
+Result<ParamDiff> diff_stage_from_one_rank(const GptConfig& config, const Grid& grid, int tp_rank,
+                                           int stage, const std::vector<float>& master,
+                                           const std::vector<float>& reference, double tol) {
   TSR_ASSIGN_OR_RETURN(ParamLayout local, make_layout(config, tp_rank, grid.tp));
   TSR_ASSIGN_OR_RETURN(ParamLayout full, make_layout(config, 0, 1));
   if (grid.pp > 1) {
@@ -61,29 +57,10 @@ Result<Diff> diff_by_name(const GptConfig& config, const Grid& grid, int tp_rank
     local = stage_layout(local, chunks);
   }
   if (local.total != master.size() || full.total != reference.size()) {
-    return invalid_argument("diff_by_name: " + std::to_string(master.size()) + " and " +
+    return invalid_argument("diff_stage_from_one_rank: " + std::to_string(master.size()) + " and " +
                             std::to_string(reference.size()) + " weights");
   }
-  std::map<std::string, const ParamSpec*> by_name;
-  for (const ParamSpec& spec : full.specs) by_name[spec.name] = &spec;
-  Diff d;
-  double sum_sq = 0;
-  for (const ParamSpec& spec : local.specs) {
-    const ParamSpec& whole = *by_name.at(spec.name);
-    const std::span<const float> ref(reference.data() + whole.offset, whole.local_count());
-    const std::vector<float> want = shard_of(spec, ref, tp_rank, grid.tp);
-    for (size_t j = 0; j < want.size(); ++j) {
-      const double got = master[spec.offset + j], diff = std::abs(got - double(want[j]));
-      d.worst = std::max(d.worst, diff);
-      sum_sq += diff * diff;
-      if (diff > tol && d.first_beyond.empty()) {
-        d.first_beyond = spec.name + "[" + std::to_string(j) + "] = " + std::to_string(got) +
-                         ", expected " + std::to_string(want[j]);
-      }
-    }
-  }
-  d.rms = std::sqrt(sum_sq / double(std::max<size_t>(master.size(), 1)));
-  return d;
+  return diff_by_name(local, master, full, reference, true, tp_rank, grid.tp, tol, "expected");
 }
 
 int grid_body(int rank, int size, Grid grid) {
@@ -144,16 +121,13 @@ int grid_body(int rank, int size, Grid grid) {
     against.push_back({"1 rank", &*reference});
   }
   for (const Against& a : against) {
-    for (int s = 0; s < kSteps; ++s) {
-      const double x = sp->losses[size_t(s)], y = a.run->losses[size_t(s)];
-      if (rank == 0) std::fprintf(stderr, "step %d loss %.7f (%s %.7f)\n", s + 1, x, a.name, y);
-      CHILD_CHECK(std::abs(x - y) <= grid.loss_tol * std::abs(y), "step %d loss %.9g, %s %.9g",
-                  s + 1, x, a.name, y);
-    }
-    Result<Diff> d = Diff{};
+    const std::string loss =
+        loss_beyond(sp->losses, a.run->losses, grid.loss_tol, a.name, rank == 0);
+    CHILD_CHECK(loss.empty(), "%s", loss.c_str());
+    Result<ParamDiff> d = ParamDiff{};
     if (a.run == &*plain) {
       // The same layout: element by element.
-      Diff e;
+      ParamDiff e;
       double sum_sq = 0;
       for (size_t i = 0; i < sp->master.size(); ++i) {
         const double diff = std::abs(double(sp->master[i]) - double(plain->master[i]));
@@ -166,7 +140,8 @@ int grid_body(int rank, int size, Grid grid) {
       e.rms = std::sqrt(sum_sq / double(std::max<size_t>(sp->master.size(), 1)));
       d = e;
     } else {
-      d = diff_by_name(*config, grid, tp_rank, stage, sp->master, a.run->master, grid.param_tol);
+      d = diff_stage_from_one_rank(*config, grid, tp_rank, stage, sp->master, a.run->master,
+                                   grid.param_tol);
     }
     CHILD_OK(d.status());
     std::fprintf(stderr, "rank %d (tp %d, stage %d): parameters within %.3g of %s (rms %.3g)\n",
@@ -179,10 +154,7 @@ int grid_body(int rank, int size, Grid grid) {
 }
 
 void expect_sp_matches(Grid grid) {
-  expect_ranks_pass(
-      grid.tp * grid.dp * grid.pp,
-      [grid](int rank, int size) { return grid_body(rank, size, grid); },
-      std::chrono::milliseconds(240000));
+  expect_grid_ranks_pass(grid, grid_body, std::chrono::milliseconds(240000));
 }
 
 TEST(GptSequenceParallel, TensorParallelTwoMatchesOneRankAndTpWithoutSp) {

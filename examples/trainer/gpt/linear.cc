@@ -1,5 +1,7 @@
 #include "linear.h"
 
+#include <string>
+
 #include "tessera/hal/gemm_desc.h"
 
 namespace tessera::gpt {
@@ -10,6 +12,13 @@ tsr_gemm_desc desc(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
                    DType cd) {
   return hal::gemm_desc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta, hal::to_abi(ab),
                         hal::to_abi(cd));
+}
+
+Status check_f32(DType act, const char* what) {
+  if (act == DType::kF32) return Status();
+  return invalid_argument(std::string(what) +
+                          ": the collective matmul takes f32 activations, not " +
+                          std::string(hal::dtype_name(act)));
 }
 
 }  // namespace
@@ -36,6 +45,24 @@ Status linear_backward_weight(const hal::Stream& s, LinearShape sh, const void* 
   // dW^T[in, out] += X^T[in, T] * dY[T, out] (dY^T is column-major [out, T]: op = T).
   return s.gemm(desc(false, true, sh.in, sh.out, sh.tokens, x, sh.in, dy, sh.out, dw, sh.in, 1.0,
                      act, DType::kF32));
+}
+
+Status linear_forward_gathered(overlap::CollectiveMatmul& cm, const hal::Stream& s, LinearShape sh,
+                               const void* x_local, const void* w, void* x_full, void* y,
+                               DType act) {
+  TSR_RETURN_IF_ERROR(check_f32(act, "linear_forward_gathered"));
+  // W row-major [out, in] is W^T of the k x n (in x out) matrix the ring multiplies by.
+  return cm.allgather_matmul(static_cast<const float*>(x_local), sh.tokens / cm.ranks(), sh.in,
+                             static_cast<const float*>(w), sh.out, static_cast<float*>(x_full),
+                             static_cast<float*>(y), s, /*w_transposed=*/true);
+}
+
+Status linear_forward_scattered(overlap::CollectiveMatmul& cm, const hal::Stream& s, LinearShape sh,
+                                const void* x, const void* w, void* y_local, DType act) {
+  TSR_RETURN_IF_ERROR(check_f32(act, "linear_forward_scattered"));
+  return cm.matmul_reduce_scatter(static_cast<const float*>(x), sh.tokens, sh.in,
+                                  static_cast<const float*>(w), sh.out,
+                                  static_cast<float*>(y_local), s, /*w_transposed=*/true);
 }
 
 }  // namespace tessera::gpt

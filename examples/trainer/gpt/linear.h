@@ -14,6 +14,7 @@
 #include "tessera/common/status.h"
 #include "tessera/hal/dtype.h"
 #include "tessera/hal/stream.h"
+#include "tessera/overlap/collective_matmul.h"
 
 namespace tessera::gpt {
 
@@ -35,5 +36,18 @@ Status linear_backward_input(const hal::Stream& s, LinearShape shape, const void
 // dW += dy^T x in f32.
 Status linear_backward_weight(const hal::Stream& s, LinearShape shape, const void* dy,
                               const void* x, float* dw, DType act);
+
+// Tensor parallelism under sequence parallelism through the ring collective matmuls
+// (tessera/overlap/collective_matmul.h; Megatron's tp-comm-overlap), f32 activations only.
+// Gathered: x_full[T, in] receives every rank's x_local[T / ranks, in] (as an allgather would put
+// it) while y[T, out] = x_full W^T is computed chunk by chunk. shape.tokens is T (all ranks).
+Status linear_forward_gathered(overlap::CollectiveMatmul& cm, const hal::Stream& s,
+                               LinearShape shape, const void* x_local, const void* w, void* x_full,
+                               void* y, DType act);
+// Scattered: y_local[T / ranks, out] = this rank's rows of sum over ranks of x[T, in] W^T (the
+// row-parallel GEMM and the reduce-scatter in one ring). shape.tokens is T.
+Status linear_forward_scattered(overlap::CollectiveMatmul& cm, const hal::Stream& s,
+                                LinearShape shape, const void* x, const void* w, void* y_local,
+                                DType act);
 
 }  // namespace tessera::gpt

@@ -54,7 +54,7 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
                                                    const GptConfig& config, GptKernels kernels,
                                                    ParallelGroups groups, DType act, int64_t batch,
                                                    int64_t seq, Recompute recompute, int zero,
-                                                   bool sp, int vp) {
+                                                   bool sp, int vp, bool tp_comm_overlap) {
   if (batch <= 0 || seq <= 0) {
     return invalid_argument(config.name + ": micro-batch " + std::to_string(batch) + " x seq " +
                             std::to_string(seq) + " must be positive");
@@ -78,6 +78,16 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
       // The router and the expert dispatch (moe.cc) run on every token of the micro-batch.
       return invalid_argument(config.name + ": sp with MoE is not supported yet");
     }
+  }
+  if (tp_comm_overlap && !sp) {
+    return invalid_argument(config.name +
+                            ": tp_comm_overlap needs sequence parallelism (sp): the collective "
+                            "matmuls gather and reduce-scatter token slices");
+  }
+  if (tp_comm_overlap && act != DType::kF32) {
+    return invalid_argument(config.name + ": tp_comm_overlap needs f32 activations (act " +
+                            std::string(hal::dtype_name(act)) +
+                            "): the collective matmuls are f32");
   }
   TSR_ASSIGN_OR_RETURN(ParamLayout layout, make_layout(config, groups.tp_rank(), groups.tp_size()));
   if (vp < 1 || (vp > 1 && groups.pp_size() == 1)) {
@@ -124,6 +134,11 @@ Result<std::unique_ptr<GptModel>> GptModel::create(const hal::Device& device,
                                                 model->kernels_);
   }
   model->sp_ = sp;
+  if (tp_comm_overlap) {
+    auto cm = overlap::CollectiveMatmul::create(model->groups_.tp, device);
+    if (!cm.ok()) return cm.status().with_context(config.name + ": tp_comm_overlap");
+    model->tp_matmul_ = std::move(cm.value());
+  }
   model->chunks_ = std::move(chunks);
   TSR_RETURN_IF_ERROR(model->allocate());
   return model;
@@ -229,17 +244,18 @@ Status GptModel::allocate() {
 
 Status GptModel::tp_sum(const hal::Stream& s, void* data, uint64_t count, DType dtype,
                         const char* what) {
-  return allreduce_on(groups_.tp, s, data, count, dtype, ReduceOp::kSum, what);
+  return allreduce_on(groups_.tp, s, data, count, dtype, ReduceOp::kSum, what,
+                      groups_.tp_timer.get());
 }
 
 Status GptModel::sp_gather(const hal::Stream& s, const void* local, void* full, const char* what) {
   return allgather_on(groups_.tp, s, local, full, uint64_t(local_tokens() * config_.hidden), act(),
-                      what);
+                      what, groups_.tp_timer.get());
 }
 
 Status GptModel::sp_scatter(const hal::Stream& s, const void* full, void* local, const char* what) {
   return reduce_scatter_on(groups_.tp, s, full, local, uint64_t(local_tokens() * config_.hidden),
-                           act(), ReduceOp::kSum, what);
+                           act(), ReduceOp::kSum, what, groups_.tp_timer.get());
 }
 
 Status GptModel::row_parallel_sum(const hal::Stream& s, void* partial, void* out,
@@ -312,7 +328,8 @@ Result<const StageRange*> GptModel::chunk_range(int chunk, const char* what) con
 
 Status GptModel::load_batch(const hal::Stream& s, const Batch& batch) {
   if (int64_t(batch.tokens.size()) != tokens() || batch.targets.size() != batch.tokens.size()) {
-    return invalid_argument("GptModel::forward: batch of " + std::to_string(batch.tokens.size()) +
+    return invalid_argument("GptModel::load_batch: batch of " +
+                            std::to_string(batch.tokens.size()) +
                             " tokens, the model was built for " + std::to_string(tokens()));
   }
   TSR_RETURN_IF_ERROR(s.copy(a_.tokens, batch.tokens.data(), batch.tokens.size() * 4));
@@ -372,11 +389,10 @@ Status GptModel::attention_forward(const hal::Stream& s, int layer) {
   const uint64_t Tl = uint64_t(local_tokens());
   TSR_RETURN_IF_ERROR(norm_forward(s, x, p.norm1_w, p.norm1_b, b.y1, b.mean1, b.rstd1));
   // Under sp the column-parallel GEMMs read every token: the normed slices gathered.
-  const void* y1 = b.y1;
-  if (sp_) {
-    TSR_RETURN_IF_ERROR(sp_gather(s, b.y1, g_.full_in, "attention input (sp)"));
-    y1 = g_.full_in;
-  }
+  // Under tp_comm_overlap the gather rides on the Q projection's ring (collective matmul).
+  const bool ring = tp_matmul_ != nullptr;
+  const void* y1 = sp_ ? g_.full_in : b.y1;
+  if (sp_ && !ring) TSR_RETURN_IF_ERROR(sp_gather(s, b.y1, g_.full_in, "attention input (sp)"));
   const struct {
     int w, bias;
     void* out;
@@ -386,8 +402,13 @@ Status GptModel::attention_forward(const hal::Stream& s, int layer) {
               {p.wk, p.bk, b.k, kv_l_, kv_heads_l_},
               {p.wv, p.bv, b.v, kv_l_, -1}};
   for (const auto& pr : proj) {
-    TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), config_.hidden, pr.width}, y1,
-                                       params_.work(pr.w), pr.out, act(), act()));
+    const LinearShape shape{tokens(), config_.hidden, pr.width};
+    if (ring && &pr == proj) {
+      TSR_RETURN_IF_ERROR(linear_forward_gathered(*tp_matmul_, s, shape, b.y1, params_.work(pr.w),
+                                                  g_.full_in, pr.out, act()));
+    } else {
+      TSR_RETURN_IF_ERROR(linear_forward(s, shape, y1, params_.work(pr.w), pr.out, act(), act()));
+    }
     if (pr.bias >= 0) {
       TSR_RETURN_IF_ERROR(
           kernels_.bias_add(s, pr.out, params_.work(pr.bias), T, uint64_t(pr.width), act_abi()));
@@ -404,10 +425,17 @@ Status GptModel::attention_forward(const hal::Stream& s, int layer) {
       attention_core(s, layer, recompute_ == Recompute::kSelective ? g_.lse : b.lse));
   // Row-parallel output projection: partial sums, allreduced (reduce-scattered to this rank's
   // slice under sp, after the gathered input above is consumed), then bias and residual once.
-  void* partial = sp_ ? g_.full_in : b.mid;
-  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), q_l_, config_.hidden}, b.att, params_.work(p.wo),
-                                     partial, act(), act()));
-  TSR_RETURN_IF_ERROR(row_parallel_sum(s, partial, b.mid, "attention output"));
+  // Under tp_comm_overlap the GEMM and the reduce-scatter are one ring.
+  const LinearShape out_shape{tokens(), q_l_, config_.hidden};
+  if (ring) {
+    TSR_RETURN_IF_ERROR(linear_forward_scattered(*tp_matmul_, s, out_shape, b.att,
+                                                 params_.work(p.wo), b.mid, act()));
+  } else {
+    void* partial = sp_ ? g_.full_in : b.mid;
+    TSR_RETURN_IF_ERROR(
+        linear_forward(s, out_shape, b.att, params_.work(p.wo), partial, act(), act()));
+    TSR_RETURN_IF_ERROR(row_parallel_sum(s, partial, b.mid, "attention output"));
+  }
   if (p.bo >= 0)
     TSR_RETURN_IF_ERROR(kernels_.bias_add(s, b.mid, params_.work(p.bo), Tl, h, act_abi()));
   return kernels_.add(s, b.mid, x, b.mid, Tl * h, act_abi());
@@ -428,13 +456,17 @@ Status GptModel::mlp_forward(const hal::Stream& s, int layer) {
   const uint64_t T = uint64_t(tokens()), h = uint64_t(config_.hidden), f = uint64_t(ffn_l_);
   const uint64_t Tl = uint64_t(local_tokens());
   TSR_RETURN_IF_ERROR(norm_forward(s, b.mid, p.norm2_w, p.norm2_b, b.y2, b.mean2, b.rstd2));
-  const void* y2 = b.y2;
-  if (sp_) {
-    TSR_RETURN_IF_ERROR(sp_gather(s, b.y2, g_.full_in, "MLP input (sp)"));
-    y2 = g_.full_in;
-  }
+  // Under tp_comm_overlap the gather rides on the up projection's ring (collective matmul).
+  const bool ring = tp_matmul_ != nullptr;
+  const void* y2 = sp_ ? g_.full_in : b.y2;
+  if (sp_ && !ring) TSR_RETURN_IF_ERROR(sp_gather(s, b.y2, g_.full_in, "MLP input (sp)"));
   const LinearShape in_shape{tokens(), config_.hidden, ffn_l_};
-  TSR_RETURN_IF_ERROR(linear_forward(s, in_shape, y2, params_.work(p.up), b.up, act(), act()));
+  if (ring) {
+    TSR_RETURN_IF_ERROR(linear_forward_gathered(*tp_matmul_, s, in_shape, b.y2, params_.work(p.up),
+                                                g_.full_in, b.up, act()));
+  } else {
+    TSR_RETURN_IF_ERROR(linear_forward(s, in_shape, y2, params_.work(p.up), b.up, act(), act()));
+  }
   if (p.b_up >= 0)
     TSR_RETURN_IF_ERROR(kernels_.bias_add(s, b.up, params_.work(p.b_up), T, f, act_abi()));
   if (config_.swiglu) {
@@ -444,10 +476,16 @@ Status GptModel::mlp_forward(const hal::Stream& s, int layer) {
   } else {
     TSR_RETURN_IF_ERROR(kernels_.gelu_forward(s, b.up, b.act, T * f, act_abi()));
   }
-  void* partial = sp_ ? g_.full_in : out;
-  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), ffn_l_, config_.hidden}, b.act,
-                                     params_.work(p.down), partial, act(), act()));
-  TSR_RETURN_IF_ERROR(row_parallel_sum(s, partial, out, "MLP output"));
+  const LinearShape down_shape{tokens(), ffn_l_, config_.hidden};
+  if (ring) {
+    TSR_RETURN_IF_ERROR(linear_forward_scattered(*tp_matmul_, s, down_shape, b.act,
+                                                 params_.work(p.down), out, act()));
+  } else {
+    void* partial = sp_ ? g_.full_in : out;
+    TSR_RETURN_IF_ERROR(
+        linear_forward(s, down_shape, b.act, params_.work(p.down), partial, act(), act()));
+    TSR_RETURN_IF_ERROR(row_parallel_sum(s, partial, out, "MLP output"));
+  }
   if (p.b_down >= 0)
     TSR_RETURN_IF_ERROR(kernels_.bias_add(s, out, params_.work(p.b_down), Tl, h, act_abi()));
   return kernels_.add(s, out, b.mid, out, Tl * h, act_abi());
@@ -458,17 +496,23 @@ Status GptModel::head_forward(const hal::Stream& s) {
   const uint64_t T = uint64_t(tokens()), V = uint64_t(vocab_l_);
   TSR_RETURN_IF_ERROR(
       norm_forward(s, a_.resid.back(), L.final_w, L.final_b, a_.yf, a_.meanf, a_.rstdf));
-  const void* yf = a_.yf;
-  if (sp_) {
-    TSR_RETURN_IF_ERROR(sp_gather(s, a_.yf, g_.full_in, "head input (sp)"));
-    yf = g_.full_in;
+  const LinearShape head_shape{tokens(), config_.hidden, vocab_l_};
+  if (tp_matmul_) {  // tp_comm_overlap: the gather rides on the head GEMM's ring
+    TSR_RETURN_IF_ERROR(linear_forward_gathered(
+        *tp_matmul_, s, head_shape, a_.yf, params_.work(L.head), g_.full_in, a_.logits, act()));
+  } else {
+    const void* yf = a_.yf;
+    if (sp_) {
+      TSR_RETURN_IF_ERROR(sp_gather(s, a_.yf, g_.full_in, "head input (sp)"));
+      yf = g_.full_in;
+    }
+    TSR_RETURN_IF_ERROR(
+        linear_forward(s, head_shape, yf, params_.work(L.head), a_.logits, act(), DType::kF32));
   }
-  TSR_RETURN_IF_ERROR(linear_forward(s, {tokens(), config_.hidden, vocab_l_}, yf,
-                                     params_.work(L.head), a_.logits, act(), DType::kF32));
   // Vocabulary-parallel cross-entropy: each rank's statistics over its columns, combined.
   TSR_RETURN_IF_ERROR(kernels_.xent_max(s, a_.logits, a_.row_max, T, V));
-  TSR_RETURN_IF_ERROR(
-      allreduce_on(groups_.tp, s, a_.row_max, T, DType::kF32, ReduceOp::kMax, "xent row max"));
+  TSR_RETURN_IF_ERROR(allreduce_on(groups_.tp, s, a_.row_max, T, DType::kF32, ReduceOp::kMax,
+                                   "xent row max", groups_.tp_timer.get()));
   TSR_RETURN_IF_ERROR(kernels_.xent_sum_exp(s, a_.logits, a_.row_max, a_.sum_exp, T, V));
   TSR_RETURN_IF_ERROR(tp_sum(s, a_.sum_exp, T, DType::kF32, "xent sum exp"));
   TSR_RETURN_IF_ERROR(

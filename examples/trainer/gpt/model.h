@@ -38,6 +38,7 @@
 #include "parallel.h"
 #include "params.h"
 #include "stage.h"
+#include "tessera/overlap/collective_matmul.h"
 #include "zero.h"
 
 namespace tessera::gpt {
@@ -75,12 +76,14 @@ class GptModel {
   // INVALID_ARGUMENT naming vp where it is below 1, above 1 without pp, or layers < pp * vp.
   // `sp`: sequence parallelism over groups.tp (above); INVALID_ARGUMENT naming sp where tp is 1,
   // batch * seq is not a multiple of tp, or the config has MoE layers (not supported yet).
-  static Result<std::unique_ptr<GptModel>> create(const hal::Device& device,
-                                                  const GptConfig& config, GptKernels kernels,
-                                                  ParallelGroups groups, DType act, int64_t batch,
-                                                  int64_t seq,
-                                                  Recompute recompute = Recompute::kNone,
-                                                  int zero = 0, bool sp = false, int vp = 1);
+  // `tp_comm_overlap` (Megatron's name): under sp, the forward's gather + column-parallel GEMM
+  // (QKV, MLP up, head) and row-parallel GEMM + reduce-scatter (attention out, MLP down) run as
+  // the ring collective matmuls (linear.h); the backward is unchanged. INVALID_ARGUMENT naming
+  // tp_comm_overlap without sp or with activations other than f32.
+  static Result<std::unique_ptr<GptModel>> create(
+      const hal::Device& device, const GptConfig& config, GptKernels kernels, ParallelGroups groups,
+      DType act, int64_t batch, int64_t seq, Recompute recompute = Recompute::kNone, int zero = 0,
+      bool sp = false, int vp = 1, bool tp_comm_overlap = false);
 
   // Runs the forward and the loss on `batch` (batch * seq tokens, as created). Synchronises the
   // stream (to read the loss and MoE routing back). A pipeline stage runs its blocks from
@@ -211,6 +214,8 @@ class GptModel {
   int64_t batch_, seq_;
   Recompute recompute_;
   bool sp_ = false;  // sequence parallelism (set by create before allocate)
+  // tp_comm_overlap: the ring collective matmuls over groups_.tp (null without).
+  std::unique_ptr<overlap::CollectiveMatmul> tp_matmul_;
   // Local (tensor-parallel) widths.
   int64_t heads_l_, kv_heads_l_, q_l_, kv_l_, ffn_l_, vocab_l_, vocab_begin_;
   std::unique_ptr<ZeroEngine> zero_;  // binds into params_: declared after it

@@ -4,6 +4,41 @@
 
 namespace tessera::gpt {
 
+Status CommTimer::start(const hal::Stream& stream) {
+  if (open_) {
+    return failed_precondition("communication timer: start of a span before the last stopped");
+  }
+  if (used_ == pool_.size()) {
+    TSR_ASSIGN_OR_RETURN(hal::Event first, stream.create_event(true));
+    TSR_ASSIGN_OR_RETURN(hal::Event second, stream.create_event(true));
+    pool_.emplace_back(std::move(first), std::move(second));
+  }
+  TSR_RETURN_IF_ERROR(pool_[used_].first.record(stream));
+  open_ = true;
+  return Status();
+}
+
+Status CommTimer::stop(const hal::Stream& stream) {
+  if (!open_) return failed_precondition("communication timer: stop without a start");
+  TSR_RETURN_IF_ERROR(pool_[used_].second.record(stream));
+  open_ = false;
+  ++used_;
+  return Status();
+}
+
+Result<double> CommTimer::seconds() const {
+  double sum = 0;
+  for (size_t i = 0; i < used_; ++i) {
+    auto ms = hal::Event::elapsed_ms(pool_[i].first, pool_[i].second);
+    if (!ms.ok()) {
+      return ms.status().with_context("communication timer: span " + std::to_string(i) + " of " +
+                                      std::to_string(used_));
+    }
+    sum += double(*ms) / 1e3;
+  }
+  return sum;
+}
+
 Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& world, int tp, int dp,
                                    int pp, int ep) {
   const int size = world ? world->size() : 1;

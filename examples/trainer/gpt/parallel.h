@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/coll/communicator.h"
 #include "tessera/common/status.h"
@@ -22,6 +24,44 @@ namespace tessera::gpt {
 
 using hal::DType;
 using hal::ReduceOp;
+
+// The device time of one group's collectives in a step: each is bracketed by a pair of timing
+// events recorded on the stream it is queued on, summed once the step has synchronised (nothing
+// here waits). The pairs come from a pool that grows to the most collectives a step has queued
+// and is reused from the start every step, so a step allocates no events after the first.
+// Not thread-safe (one rank, one thread).
+class CommTimer {
+ public:
+  // Starts a step: its spans reuse the pool from the first pair.
+  void begin_step() {
+    used_ = 0;
+    open_ = false;  // a span a failed enqueue left open
+  }
+  // Records the start of a span on `stream` (a pair is created only the first time the pool
+  // reaches this many spans); stop() records its end on the same stream.
+  Status start(const hal::Stream& stream);
+  Status stop(const hal::Stream& stream);
+  // The spans since begin_step, summed, in seconds; every one must be complete (call after the
+  // step's synchronize). 0 when none was recorded.
+  Result<double> seconds() const;
+  // Spans recorded since begin_step.
+  size_t spans() const { return used_; }
+
+ private:
+  std::vector<std::pair<hal::Event, hal::Event>> pool_;
+  size_t used_ = 0;
+  bool open_ = false;  // between start and stop
+};
+
+// Brackets `enqueue` (which queues one collective on `stream`) with `timer`'s events; just runs
+// it when timer is null.
+template <typename Enqueue>
+Status timed_on(CommTimer* timer, const hal::Stream& stream, Enqueue&& enqueue) {
+  if (!timer) return enqueue();
+  TSR_RETURN_IF_ERROR(timer->start(stream));
+  TSR_RETURN_IF_ERROR(enqueue());
+  return timer->stop(stream);
+}
 
 struct ParallelGroups {
   std::shared_ptr<coll::Communicator> tp;  // null: tp = 1
@@ -35,6 +75,12 @@ struct ParallelGroups {
   // ranks with the same ep index. Null where ep = 1 / ep = dp.
   std::shared_ptr<coll::Communicator> ep;
   std::shared_ptr<coll::Communicator> expert_dp;
+  // The per-step device time of the tensor-parallel collectives (the model's tp sums, sequence-
+  // parallel gathers and scatters, vocabulary-parallel loss statistics) and of the pipeline's
+  // point-to-point transfers; null: not measured. GptTrainer::create sets its own (shared with
+  // its model's copy of the groups) where tp > 1 / pp > 1.
+  std::shared_ptr<CommTimer> tp_timer;
+  std::shared_ptr<CommTimer> pp_timer;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
@@ -55,43 +101,53 @@ Result<ParallelGroups> make_groups(const std::shared_ptr<coll::Communicator>& wo
                                    int pp = 1, int ep = 1);
 
 // In-place allreduce of `count` elements on `comm` (nothing when comm is null or of size 1),
-// ordered on `stream`. `what` names the tensor in errors.
+// ordered on `stream`. `what` names the tensor in errors. `timer` (optional): times the
+// collective where one runs (CommTimer above).
 inline Status allreduce_on(const std::shared_ptr<coll::Communicator>& comm,
                            const hal::Stream& stream, void* data, uint64_t count, DType dtype,
-                           ReduceOp op, const char* what) {
+                           ReduceOp op, const char* what, CommTimer* timer = nullptr) {
   if (!comm || comm->size() == 1 || count == 0) return Status();
-  auto work = comm->allreduce(data, data, count, dtype, op, stream);
-  if (!work.ok()) return work.status().with_context(std::string("allreduce of ") + what);
-  return Status();
+  return timed_on(timer, stream, [&]() -> Status {
+    auto work = comm->allreduce(data, data, count, dtype, op, stream);
+    if (!work.ok()) return work.status().with_context(std::string("allreduce of ") + what);
+    return Status();
+  });
 }
 
 // Allgather on `comm`: every rank's `count` elements of `send` land at recv + rank * count (a
 // plain copy when comm is null or of size 1), ordered on `stream`. `what` names it in errors.
+// `timer` (optional): times the collective where one runs, not the copy.
 inline Status allgather_on(const std::shared_ptr<coll::Communicator>& comm,
                            const hal::Stream& stream, const void* send, void* recv, uint64_t count,
-                           DType dtype, const char* what) {
+                           DType dtype, const char* what, CommTimer* timer = nullptr) {
   if (count == 0) return Status();
   if (!comm || comm->size() == 1) {
     return send == recv ? Status() : stream.copy(recv, send, count * hal::dtype_size(dtype));
   }
-  auto work = comm->allgather(send, recv, count, dtype, stream);
-  if (!work.ok()) return work.status().with_context(std::string("allgather of ") + what);
-  return Status();
+  return timed_on(timer, stream, [&]() -> Status {
+    auto work = comm->allgather(send, recv, count, dtype, stream);
+    if (!work.ok()) return work.status().with_context(std::string("allgather of ") + what);
+    return Status();
+  });
 }
 
 // Reduce-scatter on `comm`: `send` holds size * recv_count elements; rank r receives the reduction
 // of every rank's elements [r * recv_count, (r+1) * recv_count) in `recv` (a plain copy when comm
-// is null or of size 1), ordered on `stream`. `what` names it in errors.
+// is null or of size 1), ordered on `stream`. `what` names it in errors. `timer` (optional):
+// times the collective where one runs, not the copy.
 inline Status reduce_scatter_on(const std::shared_ptr<coll::Communicator>& comm,
                                 const hal::Stream& stream, const void* send, void* recv,
-                                uint64_t recv_count, DType dtype, ReduceOp op, const char* what) {
+                                uint64_t recv_count, DType dtype, ReduceOp op, const char* what,
+                                CommTimer* timer = nullptr) {
   if (recv_count == 0) return Status();
   if (!comm || comm->size() == 1) {
     return send == recv ? Status() : stream.copy(recv, send, recv_count * hal::dtype_size(dtype));
   }
-  auto work = comm->reduce_scatter(send, recv, recv_count, dtype, op, stream);
-  if (!work.ok()) return work.status().with_context(std::string("reduce-scatter of ") + what);
-  return Status();
+  return timed_on(timer, stream, [&]() -> Status {
+    auto work = comm->reduce_scatter(send, recv, recv_count, dtype, op, stream);
+    if (!work.ok()) return work.status().with_context(std::string("reduce-scatter of ") + what);
+    return Status();
+  });
 }
 
 // All-to-all of `count` elements per peer on `comm` (send: [peers][count], recv likewise; a

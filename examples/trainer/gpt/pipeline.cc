@@ -315,17 +315,20 @@ Status Pipeline::reserve(const GptModel& model, int inputs, int grads) {
 
 namespace {
 
-// Point-to-point on the pipeline group, queued on the stream.
+// Point-to-point on the pipeline group, queued on the stream (both schedules), timed by the
+// groups' pp_timer where the trainer set one.
 Status p2p(const ParallelGroups& g, const hal::Stream& s, bool send, void* data, uint64_t count,
            DType dtype, int peer, const char* what) {
-  auto work =
-      send ? g.pp->send(data, count, dtype, peer, s) : g.pp->recv(data, count, dtype, peer, s);
-  if (!work.ok()) {
-    return work.status().with_context(
-        std::string(send ? "pipeline send of " : "pipeline recv of ") + what + " with stage " +
-        std::to_string(peer));
-  }
-  return Status();
+  return timed_on(g.pp_timer.get(), s, [&]() -> Status {
+    auto work =
+        send ? g.pp->send(data, count, dtype, peer, s) : g.pp->recv(data, count, dtype, peer, s);
+    if (!work.ok()) {
+      return work.status().with_context(
+          std::string(send ? "pipeline send of " : "pipeline recv of ") + what + " with stage " +
+          std::to_string(peer));
+    }
+    return Status();
+  });
 }
 
 }  // namespace

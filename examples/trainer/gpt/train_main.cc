@@ -44,6 +44,7 @@ struct CliOptions {
   std::string grad_comm = "f32";
   std::string recompute = "none";  // a bare --recompute leaves it empty: full
   std::string loss_scale = "off";  // off, dynamic or a static value
+  bool loss_scale_window = false;  // --loss-scale-window given (dynamic scaling only)
   TrainOptions train;
   SnapshotOptions snapshots;
   bool json_summary = false;
@@ -59,6 +60,8 @@ struct RunTotals {
   double last_loss = 0;
   double loss_scale = 1;  // after the last step (loss_scale.h)
   int64_t skipped_steps = 0;
+  // This rank's tp collectives' and pipeline transfers' device time over the steps (StepResult).
+  double tp_comm_s = 0, pp_comm_s = 0;
 };
 
 void print_summary(const RunTotals& t, double tokens_per_step, const std::string& plan) {
@@ -69,11 +72,12 @@ void print_summary(const RunTotals& t, double tokens_per_step, const std::string
       "{\"summary\": true, \"plan\": \"%s\", \"first_step\": %lld, \"steps\": %lld, "
       "\"tokens_per_step\": %.0f, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
       "\"step_s_median\": %.6f, \"snapshots\": %lld, \"snapshot_stall_s\": %.6f, "
-      "\"last_loss\": %.6f, \"loss_scale\": %.17g, \"skipped_steps\": %lld}\n",
+      "\"last_loss\": %.6f, \"loss_scale\": %.17g, \"skipped_steps\": %lld, "
+      "\"tp_comm_s\": %.6f, \"pp_comm_s\": %.6f}\n",
       plan.c_str(), (long long)t.first_step, (long long)t.steps, tokens_per_step, t.seconds,
       t.seconds > 0 ? tokens_per_step * double(t.steps) / t.seconds : 0.0, median,
       (long long)t.snapshots, t.snapshot_stall_s, t.last_loss, t.loss_scale,
-      (long long)t.skipped_steps);
+      (long long)t.skipped_steps, t.tp_comm_s, t.pp_comm_s);
 }
 
 Result<DType> parse_dtype(const std::string& name, const char* flag) {
@@ -119,6 +123,10 @@ Status run(CliOptions o) {
   TSR_ASSIGN_OR_RETURN(o.train.grad_comm, parse_dtype(o.grad_comm, "--grad-comm"));
   TSR_ASSIGN_OR_RETURN(o.train.recompute, parse_recompute(o.recompute));
   TSR_RETURN_IF_ERROR(parse_loss_scale(o.loss_scale, o.train.loss_scale));
+  if (o.loss_scale_window && o.train.loss_scale.mode != LossScaleMode::kDynamic) {
+    return invalid_argument("--loss-scale-window needs --loss-scale dynamic (not '" + o.loss_scale +
+                            "')");
+  }
   TSR_ASSIGN_OR_RETURN(auto bootstrap, coll::Bootstrap::from_environment());
   const coll::LaunchInfo info = bootstrap->info();
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
@@ -147,7 +155,10 @@ Status run(CliOptions o) {
         "rank, act %s, recompute %s, loss scale %s; loss floor %.3f nats\n"
         "rank 0 device memory: parameters, gradients, AdamW state %.2f MB; activations %.2f MB\n",
         describe(config).c_str(), device.id().c_str(), kernels.format_name(), o.tp,
-        o.train.sp ? " (sp)" : "", dp, (long long)o.train.micro_batch, (long long)o.train.seq,
+        o.train.tp_comm_overlap ? " (sp, tp-comm-overlap)"
+        : o.train.sp            ? " (sp)"
+                                : "",
+        dp, (long long)o.train.micro_batch, (long long)o.train.seq,
         (long long)o.train.micro_batches, o.act.c_str(),
         std::string(recompute_name(o.train.recompute)).c_str(),
         loss_scale_text(o.train.loss_scale).c_str(), trainer->corpus().entropy_floor(),
@@ -202,6 +213,8 @@ Status run(CliOptions o) {
     totals.last_loss = r.loss;
     totals.loss_scale = trainer->loss_scaler().scale();
     totals.skipped_steps += r.skipped ? 1 : 0;
+    totals.tp_comm_s += r.tp_comm_seconds;
+    totals.pp_comm_s += r.pp_comm_seconds;
     totals.snapshots += snap.taken ? 1 : 0;
     totals.snapshot_stall_s += snap.stall_s;
     if (print) {
@@ -216,6 +229,8 @@ Status run(CliOptions o) {
         std::printf(" comm %.2f ms exposed %.2f ms", r.comm_seconds * 1e3,
                     r.exposed_comm_seconds * 1e3);
       }
+      if (o.tp > 1) std::printf(" tp comm %.2f ms", r.tp_comm_seconds * 1e3);
+      if (o.pp > 1) std::printf(" pp comm %.2f ms", r.pp_comm_seconds * 1e3);
       if (o.train.loss_scale.enabled()) {
         std::printf(" loss_scale %g%s", r.loss_scale, r.skipped ? " skipped (overflow)" : "");
       }
@@ -272,7 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp, "pipeline stages, 1F1B (tied or MoE not with zero)");
   app.add_option("--vp", o.train.vp,
                  "virtual stages per pipeline stage: interleaved 1F1B (needs pp > 1, "
-                 "micro-batches a multiple of pp; not with zero or overlap)");
+                 "micro-batches a multiple of pp; not with zero, overlap or ep)");
   app.add_option(
       "--ep", o.ep,
       "expert parallelism: experts sharded over ep of the dp ranks (MoE; not with zero)");
@@ -289,6 +304,9 @@ int main(int argc, char** argv) {
   app.add_flag("--sp", o.train.sp,
                "Megatron sequence parallelism over tp: norms and residual stream split by tokens "
                "(needs tp > 1; dense models)");
+  app.add_flag("--tp-comm-overlap", o.train.tp_comm_overlap,
+               "under --sp, the forward's tp gathers / reduce-scatters as ring collective matmuls "
+               "overlapping the GEMMs (needs --sp and --act f32)");
   app.add_option("--zero", o.train.zero,
                  "ZeRO stage over dp: 0, 1 (optimizer state), 2 (+ gradients), 3 (+ weights)");
   app.add_flag("--overlap", o.train.overlap,
@@ -298,9 +316,9 @@ int main(int argc, char** argv) {
   app.add_option("--loss-scale", o.loss_scale,
                  "loss scaling: off, dynamic (from 65536, x2 after --loss-scale-window good "
                  "steps, x0.5 and the step skipped on overflow) or a static value");
-  app.add_option("--loss-scale-window", o.train.loss_scale.growth_interval,
-                 "dynamic loss scaling: good steps before the scale grows")
-      ->check(CLI::PositiveNumber);
+  auto* window = app.add_option("--loss-scale-window", o.train.loss_scale.growth_interval,
+                                "dynamic loss scaling: good steps before the scale grows")
+                     ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.train.adamw.lr, "AdamW learning rate");
   app.add_option("--warmup", o.train.adamw.warmup_steps, "linear learning-rate warmup steps");
   app.add_option("--decay-steps", o.decay_steps,
@@ -326,6 +344,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json-summary", o.json_summary,
                "rank 0 prints one JSON line with the run's throughput and snapshot stalls");
   CLI11_PARSE(app, argc, argv);
+  o.loss_scale_window = window->count() > 0;
   if (o.snapshots.dir.empty() && (o.snapshots.every > 0 || o.snapshots.resume)) {
     std::fprintf(stderr, "tessera-gpt-train: --snapshot-every and --resume need --ckpt-dir\n");
     return 2;

@@ -61,10 +61,14 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
         (options.zero > 0 ? "zero=" + std::to_string(options.zero) : "overlap") +
         " is not supported yet");
   }
-  TSR_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
-                       GptModel::create(device, config, std::move(kernels), std::move(groups),
-                                        options.act, options.micro_batch, options.seq,
-                                        options.recompute, options.zero, options.sp, options.vp));
+  // This trainer's own timers (the caller's groups may serve another trainer).
+  groups.tp_timer = groups.tp_size() > 1 ? std::make_shared<CommTimer>() : nullptr;
+  groups.pp_timer = groups.pp_size() > 1 ? std::make_shared<CommTimer>() : nullptr;
+  TSR_ASSIGN_OR_RETURN(
+      std::unique_ptr<GptModel> model,
+      GptModel::create(device, config, std::move(kernels), std::move(groups), options.act,
+                       options.micro_batch, options.seq, options.recompute, options.zero,
+                       options.sp, options.vp, options.tp_comm_overlap));
   TSR_ASSIGN_OR_RETURN(AdamW adamw, AdamW::create(device, model->params().layout(), options.adamw));
   TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer scalars, device.allocate(2 * sizeof(double)));
   hal::DeviceBuffer wire;
@@ -100,6 +104,7 @@ Result<std::unique_ptr<GptTrainer>> GptTrainer::create(const hal::Device& device
 }
 
 Status GptTrainer::init(const hal::Stream& stream) {
+  scaler_ = LossScaler(options_.loss_scale);  // a fresh start: no skips, the initial scale
   return model_->params().init(stream, options_.seed);
 }
 
@@ -139,6 +144,9 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
   const float weight = 1.0f / float(options_.micro_batches * dp) * float(scaler_.scale());
   TSR_RETURN_IF_ERROR(params.zero_grads(s));
   if (overlap_) overlap_->begin_step(options_.micro_batches);
+  for (CommTimer* timer : {g.tp_timer.get(), g.pp_timer.get()}) {
+    if (timer) timer->begin_step();
+  }
   double loss = 0, xent = 0;
   if (pipeline_) {
     auto batch_of = [&](int64_t j) {
@@ -174,6 +182,12 @@ Result<StepResult> GptTrainer::step(const hal::Stream& s) {
                scheduled_lr(options_.adamw, adamw_.steps() + (update.skipped ? 1 : 0))};
   r.loss_scale = loss_scale;
   r.skipped = update.skipped;
+  if (g.tp_timer) {
+    TSR_ASSIGN_OR_RETURN(r.tp_comm_seconds, g.tp_timer->seconds());
+  }
+  if (g.pp_timer) {
+    TSR_ASSIGN_OR_RETURN(r.pp_comm_seconds, g.pp_timer->seconds());
+  }
   if (overlap_) {
     r.comm_seconds = overlap_->last_step().comm_seconds;
     r.exposed_comm_seconds = overlap_->last_step().exposed_seconds;

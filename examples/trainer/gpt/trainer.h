@@ -42,6 +42,10 @@ struct TrainOptions {
   // Megatron sequence parallelism over tp (GptModel::create's sp): the residual stream, norms and
   // their activations split over the tp ranks by tokens. Needs tp > 1; dense models only.
   bool sp = false;
+  // Megatron's tp-comm-overlap under sp (GptModel::create's tp_comm_overlap): the forward's
+  // gather + column-parallel GEMMs and row-parallel GEMMs + reduce-scatter as ring collective
+  // matmuls. Needs sp and f32 activations; the backward is unchanged.
+  bool tp_comm_overlap = false;
   // Virtual pipeline stages under pp (pipeline.h: Megatron's interleaved 1F1B): each stage holds
   // vp chunks of blocks. Needs pp > 1, micro_batches a multiple of pp and layers >= pp * vp; not
   // with zero >= 1 (the ZeRO snapshot names carry no vp) or overlap (not verified yet).
@@ -72,6 +76,11 @@ struct StepResult {
   // still waited for after the backward (GradSync's StepStats), seconds; 0 otherwise.
   double comm_seconds = 0;
   double exposed_comm_seconds = 0;
+  // The device time of the step's tensor-parallel collectives (tp > 1) and of its pipeline
+  // point-to-point transfers (pp > 1; a receive's wait for its peer included), seconds, summed
+  // over the step (ParallelGroups' timers). Both run on the compute stream: all of it is exposed.
+  double tp_comm_seconds = 0;
+  double pp_comm_seconds = 0;
   // Loss scaling: the scale this step's backward was seeded with (1 when off), and whether its
   // gradients overflowed so that nothing was updated (grad_norm is then inf or NaN).
   double loss_scale = 1;

@@ -10,9 +10,11 @@ namespace {
 
 // Row-major C (rows x n) = A (rows x k, lda) B (k x n) as the column-major GEMM C^T = B^T A^T:
 // B^T is B read column-major (n x k, ld n), A^T is A read column-major (k x rows, ld lda).
+// b_transposed: b holds B^T (n x k row-major), which read column-major is B (k x n, ld k): op = T.
 tsr_gemm_desc row_major_gemm(const float* a, int64_t rows, int64_t k, int64_t lda, const float* b,
-                             int64_t n, float* c, int64_t ldc) {
-  return hal::f32_gemm_desc(false, false, n, rows, k, b, n, a, lda, c, ldc);
+                             int64_t n, float* c, int64_t ldc, bool b_transposed) {
+  return hal::f32_gemm_desc(b_transposed, false, n, rows, k, b, b_transposed ? k : n, a, lda, c,
+                            ldc);
 }
 
 }  // namespace
@@ -80,7 +82,7 @@ Status CollectiveMatmul::ensure_events(std::vector<hal::Event>& events, size_t c
 
 Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard, int64_t k,
                                           const float* w, int64_t n, float* x_full, float* y,
-                                          const hal::Stream& compute) {
+                                          const hal::Stream& compute, bool w_transposed) {
   if (m_shard <= 0 || k <= 0 || n <= 0) {
     return invalid_argument("allgather_matmul: m_shard, k and n must be positive");
   }
@@ -104,8 +106,8 @@ Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard,
   // Receives overwrite x_full: after the compute work before this call (an earlier call's GEMMs).
   TSR_RETURN_IF_ERROR(recv_stream_.wait(inputs_));
   TSR_RETURN_IF_ERROR(compute.copy(x_full + size_t(rank) * chunk, x_shard, chunk * sizeof(float)));
-  TSR_RETURN_IF_ERROR(
-      compute.gemm(row_major_gemm(x_shard, m_shard, k, k, w, n, y + size_t(rank) * out_chunk, n)));
+  TSR_RETURN_IF_ERROR(compute.gemm(
+      row_major_gemm(x_shard, m_shard, k, k, w, n, y + size_t(rank) * out_chunk, n, w_transposed)));
   for (int s = 0; s + 1 < ranks; ++s) {
     const int give = (rank - s + ranks) % ranks;      // own block, then the one received last
     const int take = (rank - s - 1 + ranks) % ranks;  // arrives from the previous rank
@@ -121,8 +123,8 @@ Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard,
     TSR_RETURN_IF_ERROR(arrived_[size_t(s)].record(recv_stream_));
     // This block's GEMM runs while the next block moves.
     TSR_RETURN_IF_ERROR(compute.wait(arrived_[size_t(s)]));
-    TSR_RETURN_IF_ERROR(
-        compute.gemm(row_major_gemm(slot, m_shard, k, k, w, n, y + size_t(take) * out_chunk, n)));
+    TSR_RETURN_IF_ERROR(compute.gemm(
+        row_major_gemm(slot, m_shard, k, k, w, n, y + size_t(take) * out_chunk, n, w_transposed)));
   }
   // The last send still reads x_full: the caller may reuse it once compute is done.
   TSR_RETURN_IF_ERROR(done_.record(send_stream_));
@@ -131,7 +133,7 @@ Status CollectiveMatmul::allgather_matmul(const float* x_shard, int64_t m_shard,
 
 Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, int64_t k_local,
                                                const float* w_local, int64_t n, float* y_shard,
-                                               const hal::Stream& compute) {
+                                               const hal::Stream& compute, bool w_transposed) {
   const int ranks = comm_->size(), rank = comm_->rank();
   if (m <= 0 || k_local <= 0 || n <= 0) {
     return invalid_argument("matmul_reduce_scatter: m, k_local and n must be positive");
@@ -152,7 +154,8 @@ Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, 
   const size_t chunk = size_t(rows * n);
   const int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
   if (ranks == 1)
-    return compute.gemm(row_major_gemm(x_local, rows, k_local, k_local, w_local, n, y_shard, n));
+    return compute.gemm(
+        row_major_gemm(x_local, rows, k_local, k_local, w_local, n, y_shard, n, w_transposed));
   // Partial products (ranks chunks) and the sums received (ranks - 1 chunks).
   const size_t bytes = (2 * size_t(ranks) - 1) * chunk * sizeof(float);
   if (workspace_.size() < bytes) {
@@ -172,8 +175,9 @@ Status CollectiveMatmul::matmul_reduce_scatter(const float* x_local, int64_t m, 
     // Block d's running sum starts on rank d+1 and ends, after ranks-1 hops, on rank d.
     const int d = (rank - s - 1 + ranks) % ranks;
     float* mine = partial + size_t(d) * chunk;
-    TSR_RETURN_IF_ERROR(compute.gemm(row_major_gemm(x_local + size_t(d * rows * k_local), rows,
-                                                    k_local, k_local, w_local, n, mine, n)));
+    TSR_RETURN_IF_ERROR(
+        compute.gemm(row_major_gemm(x_local + size_t(d * rows * k_local), rows, k_local, k_local,
+                                    w_local, n, mine, n, w_transposed)));
     TSR_RETURN_IF_ERROR(computed_[size_t(s)].record(compute));
     TSR_RETURN_IF_ERROR(send_stream_.wait(computed_[size_t(s)]));
     if (s > 0) {

@@ -54,14 +54,19 @@ class CollectiveMatmul {
   // x_shard: this rank's m_shard x k rows of X (ready after the work queued so far on
   // `compute`); w: k x n; x_full: m x k, receives the gathered X (m = m_shard x ranks); y: m x n.
   // Returns once everything is queued; y is complete after the work then queued on `compute`.
+  // w_transposed: w holds W^T, n x k row-major (a linear layer's [out, in] weight).
   Status allgather_matmul(const float* x_shard, int64_t m_shard, int64_t k, const float* w,
-                          int64_t n, float* x_full, float* y, const hal::Stream& compute);
+                          int64_t n, float* x_full, float* y, const hal::Stream& compute,
+                          bool w_transposed = false);
 
   // x_local: m x k_local (this rank's columns of X); w_local: k_local x n (its rows of W);
   // y_shard: (m / ranks) x n, rows [rank * m / ranks, ...) of the sum. m must divide evenly.
+  // w_transposed: w_local holds its W^T, n x k_local row-major.
   Status matmul_reduce_scatter(const float* x_local, int64_t m, int64_t k_local,
                                const float* w_local, int64_t n, float* y_shard,
-                               const hal::Stream& compute);
+                               const hal::Stream& compute, bool w_transposed = false);
+
+  int ranks() const { return comm_->size(); }  // of the communicator given to create()
 
   // Waits (bounded) for the collectives of the last call and returns their first failure.
   Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(300000));
