@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "backend_choice.h"
 #include "checkpoint.h"
 #include "dump.h"
 #include "stage.h"
@@ -32,8 +33,8 @@ class GptSessionTrainer final : public SessionTrainer {
 
   Status open_device(const coll::LaunchInfo& info) {
     TSR_ASSIGN_OR_RETURN(platform_, hal::Platform::create());
-    const std::vector<hal::Device> devices = platform_->devices("host");
-    if (devices.empty()) return not_found("GPT trainer: no host device (is the backend built?)");
+    TSR_ASSIGN_OR_RETURN(const std::string backend, pick_backend(*platform_, options_.backend));
+    const std::vector<hal::Device> devices = platform_->devices(backend);
     device_.emplace(devices[size_t(info.local_rank) % devices.size()]);
     TSR_ASSIGN_OR_RETURN(hal::Stream stream, device_->create_stream());
     stream_.emplace(std::move(stream));

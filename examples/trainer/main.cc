@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
   app.add_flag("--f32", o.train.gpt_f32,
                "with --gpt-config: f32 activations and working weights instead of bf16 (tight "
                "comparisons between plans)");
+  app.add_option("--backend", o.train.backend,
+                 "with --gpt-config: the HAL backend (auto: cuda, hip or level_zero where one "
+                 "lists a device, else host)")
+      ->capture_default_str();
   bool print_model = false;
   app.add_flag("--print-model", print_model,
                "print the model as an IR layer list (for `tessera plan --model`) and exit");
@@ -146,8 +150,10 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-  } else if (app.count("--seq") > 0 || o.train.gpt_f32) {
-    std::fprintf(stderr, "tessera-train: --seq and --f32 are for --gpt-config\n");
+  } else if (app.count("--seq") > 0 || o.train.gpt_f32 ||
+             (app.count("--backend") > 0 && o.train.backend != "host")) {
+    // The MLP's math runs on the host backend only.
+    std::fprintf(stderr, "tessera-train: --seq, --f32 and --backend are for --gpt-config\n");
     return 2;
   }
 

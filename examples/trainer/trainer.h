@@ -40,6 +40,9 @@ struct TrainOptions {
   std::string gpt_config;
   int64_t seq = 32;
   bool gpt_f32 = false;  // f32 activations and working weights (tight comparisons); else bf16
+  // The decoder's HAL backend: "auto" (the first accelerator backend with devices, else the host
+  // backend: pick_backend) or a backend name. The MLP runs on the host backend only.
+  std::string backend = "auto";
 };
 
 // What one step did, as seen by this rank (loss is global: the same on every rank).

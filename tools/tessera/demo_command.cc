@@ -15,9 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend_choice.h"
 #include "commands.h"
 #include "demo/demo.h"
 #include "demo_config.h"
+#include "tessera/hal/platform.h"
 #include "tessera/ir/loaders.h"
 #include "tessera/plan/timeline.h"
 
@@ -75,6 +77,7 @@ std::filesystem::path prepare_output(const std::string& folder) {
   const std::filesystem::path out = std::filesystem::absolute(folder);
   std::filesystem::remove_all(out / "run", ec);
   std::filesystem::remove_all(out / "reference", ec);
+  std::filesystem::remove_all(out / "hosts", ec);  // --hosts 2: its checkpoints would be resumed
   for (const auto& entry : std::filesystem::directory_iterator(out, ec)) {  // a previous demo's
     const std::string name = entry.path().filename().string();
     if (name.rfind("trace", 0) == 0 || name == "loss.svg" || name == "plan-timeline.svg") {
@@ -91,7 +94,7 @@ std::filesystem::path prepare_output(const std::string& folder) {
 // Probes the machine, plans both phases of the demo and draws the first plan's timeline.
 demo::DemoPlan probe_and_plan(const DemoOptions& o, const demo::DemoModel& model,
                               const std::filesystem::path& out) {
-  auto probe = demo::probe_machine();
+  auto probe = demo::probe_machine(model.backend);
   if (!probe.ok()) fail(probe.status().message());
   std::printf("probe     %s, %u cores, f32 GEMM %.1f GFLOP/s (256^3, one thread pool)\n",
               probe->device.c_str(), probe->cores, probe->gemm_gflops);
@@ -155,7 +158,12 @@ demo::DemoModel demo_model(const DemoOptions& o, const std::filesystem::path& ou
   m.ir = std::move(*ir);
   m.seq = o.seq;
   m.tp2_ok = heads % 2 == 0 && kv % 2 == 0 && ffn % 2 == 0 && vocab % 2 == 0;
-  m.trainer_flags = {"--gpt-config", path, "--seq", std::to_string(o.seq)};
+  auto platform = hal::Platform::create();
+  if (!platform.ok()) fail(platform.status().message());
+  auto backend = trainer::pick_backend(**platform, o.backend);
+  if (!backend.ok()) fail(backend.status().message());
+  m.backend = *backend;
+  m.trainer_flags = {"--gpt-config", path, "--seq", std::to_string(o.seq), "--backend", m.backend};
   return m;
 }
 
@@ -293,12 +301,20 @@ void add_demo_command(CLI::App& app) {
                   "host and continue on the other after a re-plan; without root the one-host demo")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "output folder")->capture_default_str();
-  cmd->callback([o, fault_step, model_size, seq] {
+  CLI::Option* backend =
+      cmd->add_option("--backend", o->backend,
+                      "the GPT decoder's HAL backend: auto (cuda, hip or level_zero where one "
+                      "lists a device, else host) or a backend name")
+          ->capture_default_str();
+  cmd->callback([o, fault_step, model_size, seq, backend] {
     if (model_size->count() > 0 && o->model != "mlp") {
       fail("--model-size sizes the MLP: give --model mlp with it");
     }
     if (seq->count() > 0 && o->model != "gpt")
       fail("--seq is the GPT decoder's: not with --model mlp");
+    if (backend->count() > 0 && o->model != "gpt" && o->backend != "host") {
+      fail("--backend: the MLP runs on the host backend only (--model gpt trains on others)");
+    }
     check_options(*o, fault_step->count() > 0);
     run_demo(*o);
   });

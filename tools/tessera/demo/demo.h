@@ -37,12 +37,16 @@ struct DemoOptions {
   int64_t fault_step = -1;  // -1: a third of the way
   bool no_fault = false;
   int hosts = 1;  // 2: across two namespace hosts, one of them lost (hosts.cc; root)
+  // The GPT decoder's HAL backend: auto (cuda, hip or level_zero where one lists a device, else
+  // host: trainer::pick_backend) or a name; the MLP runs on host.
+  std::string backend = "auto";
   std::string out = "tessera-demo";
 };
 
 struct Probe {
-  std::string device;  // "host device 0 (x86_64)"
-  int host_devices = 0;
+  std::string backend;   // the backend probed (the one the ranks train on)
+  std::string device;    // "host:0 (x86_64)"
+  int host_devices = 0;  // devices of that backend
   unsigned cores = 0;
   double gemm_gflops = 0;  // f32, measured
 };
@@ -54,7 +58,8 @@ struct DemoModel {
   int64_t blocks = 0;
   int64_t seq = 1;                         // tokens per sample for the planner (the MLP: 1)
   bool tp2_ok = true;                      // tp = 2 divides everything the trainer splits
-  std::vector<std::string> trainer_flags;  // --gpt-config F --seq N, or --model-size S
+  std::vector<std::string> trainer_flags;  // --gpt-config F --seq N --backend B, or --model-size S
+  std::string backend = "host";            // the devices the ranks train on
 };
 
 struct DemoPlan {
@@ -64,7 +69,8 @@ struct DemoPlan {
   int64_t switch_step = 0, second_batch = 0;
 };
 
-Result<Probe> probe_machine();
+// Device 0 of `backend` and its GEMM rate (the planner's calibration for the demo).
+Result<Probe> probe_machine(const std::string& backend);
 // A plan as tessera-train's --plan flag spells it ("tp=2,pp=1,dp=2,zero=0,mbs=0[,stages=a+b]").
 std::string plan_flag(const trainer::TrainPlan& p);
 Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& model, const Probe& probe);

@@ -38,11 +38,14 @@ std::string plan_flag(const trainer::TrainPlan& p) {
   return s;
 }
 
-Result<Probe> probe_machine() {
+Result<Probe> probe_machine(const std::string& backend) {
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
-  auto devices = platform->devices("host");
-  if (devices.empty()) return not_found("probe: no host device (is the host backend built?)");
+  auto devices = platform->devices(backend);
+  if (devices.empty()) {
+    return not_found("probe: no " + backend + " device (is the " + backend + " backend built?)");
+  }
   Probe p;
+  p.backend = backend;
   p.device = devices[0].id() + " (" + devices[0].properties().name + ")";
   p.host_devices = int(devices.size());
   p.cores = std::max(1u, std::thread::hardware_concurrency());
@@ -57,7 +60,7 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& demo_model, co
   // The host as the planner sees it: `devices` devices of the measured GEMM rate (all ranks
   // share the cores, so each gets its share), shared memory between them.
   plan::Calibration c;
-  c.backend = "host";
+  c.backend = probe.backend;
   c.device = probe.device;
   c.devices = devices;
   c.memory_gib = 4;
