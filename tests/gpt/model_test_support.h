@@ -149,6 +149,21 @@ inline bool same_bits(const RunOut& a, const RunOut& b) {
   return a.losses == b.losses && same_bits(a.master, b.master);
 }
 
+// "" when `trainer` was refused with INVALID_ARGUMENT naming `what`, else what happened instead;
+// accepted(): "" when it was created (the refusal tests' negative controls).
+inline std::string refused_naming(const Result<std::unique_ptr<GptTrainer>>& trainer,
+                                  const std::string& what) {
+  if (trainer.ok()) return "accepted: " + what;
+  if (trainer.status().code() != StatusCode::kInvalidArgument ||
+      trainer.status().to_string().find(what) == std::string::npos) {
+    return "refused otherwise: " + trainer.status().to_string();
+  }
+  return "";
+}
+inline std::string accepted(const Result<std::unique_ptr<GptTrainer>>& trainer) {
+  return trainer.ok() ? "" : "refused: " + trainer.status().to_string();
+}
+
 // The padded elements of the plan's largest block part (zero 2 --overlap's second scratch).
 inline uint64_t largest_block(const ZeroPlan& plan) {
   uint64_t largest = 0;
@@ -209,6 +224,25 @@ inline Result<ParamDiff> diff_from_one_rank(const GptConfig& config, int tp_rank
                             std::to_string(reference.size()) + " values");
   }
   return diff_by_name(local, master, full, reference, true, tp_rank, tp, tol, "1 rank");
+}
+
+// Prints how far rank `rank`'s parameters (tp rank `tp_rank`, pipeline stage `stage` when >= 0)
+// are from `other`'s; "" when every element is within the diff's tolerance and the rms within
+// `rms_tol`, else which is not (or why there is no diff).
+inline std::string params_beyond(const Result<ParamDiff>& diff, double rms_tol, const char* other,
+                                 int rank, int tp_rank, int stage = -1) {
+  if (!diff.ok()) return std::string("against ") + other + ": " + diff.status().to_string();
+  const ParamDiff& d = *diff;
+  const std::string where = stage >= 0 ? ", stage " + std::to_string(stage) : "";
+  std::fprintf(stderr, "rank %d (tp %d%s): parameters within %.3g of %s (rms %.3g)\n", rank,
+               tp_rank, where.c_str(), d.worst, other, d.rms);
+  if (!d.first_beyond.empty()) return std::string("against ") + other + ": " + d.first_beyond;
+  if (d.rms > rms_tol) {
+    char line[160];
+    std::snprintf(line, sizeof line, "against %s: parameter rms %.3g", other, d.rms);
+    return line;
+  }
+  return "";
 }
 
 // A scratch directory for one test (under the temporary directory, named `prefix`_XXXXXX),

@@ -36,34 +36,27 @@ Result<RunOut> run_stage_steps(const DeviceEnv& env, const GptConfig& config, Pa
 }
 
 int grid_body(int rank, int size, Grid grid) {
-  auto env = open_device();
-  CHILD_CHECK(env.has_value(), "no device");
-  auto config = grid.config ? load_config(config_path(grid.config))
-                            : Result<GptConfig>(tiny_config(grid.tiny));
-  CHILD_OK(config.status());
-  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-  CHILD_CHECK(world != nullptr, "no communicator");
-  auto groups_or = make_groups(world, grid.tp, grid.dp, grid.pp);
-  CHILD_OK(groups_or.status());
-  const ParallelGroups groups = *groups_or;
+  auto opened = open_grid_rank(rank, size, grid.config, grid.tiny, grid.tp, grid.dp, grid.pp);
+  CHILD_OK(opened.status());
+  auto& [env, config, world, groups] = **opened;
   const int tp_rank = groups.tp_rank(), stage = groups.pp_rank();
-  auto parallel = run_stage_steps(*env, *config, groups, grid.micro_batches, grid.clip_norm);
+  auto parallel = run_stage_steps(env, config, groups, grid.micro_batches, grid.clip_norm);
   CHILD_OK(parallel.status());
-  auto again = run_stage_steps(*env, *config, groups, grid.micro_batches, grid.clip_norm);
+  auto again = run_stage_steps(env, config, groups, grid.micro_batches, grid.clip_norm);
   CHILD_OK(again.status());
   CHILD_CHECK(again->losses == parallel->losses, "rank %d: a repeated run's losses differ", rank);
   CHILD_CHECK(again->master == parallel->master, "rank %d: a repeated run's weights differ", rank);
-  auto reference = run_stage_steps(*env, *config, {}, grid.micro_batches * grid.dp, grid.clip_norm);
+  auto reference = run_stage_steps(env, config, {}, grid.micro_batches * grid.dp, grid.clip_norm);
   CHILD_OK(reference.status());
 
   const std::string loss =
       loss_beyond(parallel->losses, reference->losses, kLossTol, "1 rank", rank == 0);
   CHILD_CHECK(loss.empty(), "%s", loss.c_str());
   // The stage's tensors, found by name in the 1-rank layout.
-  auto range = stage_range(config->layers, stage, grid.pp);
+  auto range = stage_range(config.layers, stage, grid.pp);
   CHILD_OK(range.status());
-  auto local_full = make_layout(*config, tp_rank, grid.tp);
-  auto full = make_layout(*config, 0, 1);
+  auto local_full = make_layout(config, tp_rank, grid.tp);
+  auto full = make_layout(config, 0, 1);
   CHILD_OK(local_full.status());
   CHILD_OK(full.status());
   const ParamLayout local = stage_layout(*local_full, *range);
@@ -72,19 +65,19 @@ int grid_body(int rank, int size, Grid grid) {
   const ParamDiff d = diff_by_name(local, parallel->master, *full, reference->master, true, tp_rank,
                                    grid.tp, kParamTol, "1 rank");
   CHILD_CHECK(d.first_beyond.empty(), "%s", d.first_beyond.c_str());
-  if (config->tied) {
+  if (config.tied) {
     // The first and last stage's copies of the tied embedding are bitwise identical: each equals
     // the elementwise max over the embedding group.
     CHILD_CHECK(local.wte >= 0 && groups.embed != nullptr, "stage %d: no tied embedding", stage);
     const ParamSpec& wte = local.specs[size_t(local.wte)];
     const auto begin = parallel->master.begin() + std::ptrdiff_t(wte.offset);
     const std::vector<float> mine(begin, begin + std::ptrdiff_t(wte.local_count()));
-    auto buffer = env->device->allocate(mine.size() * sizeof(float));
+    auto buffer = env.device->allocate(mine.size() * sizeof(float));
     CHILD_OK(buffer.status());
-    CHILD_OK(upload(*env->stream, buffer->data(), mine));
-    CHILD_OK(allreduce_on(groups.embed, *env->stream, buffer->data(), mine.size(), DType::kF32,
+    CHILD_OK(upload(*env.stream, buffer->data(), mine));
+    CHILD_OK(allreduce_on(groups.embed, *env.stream, buffer->data(), mine.size(), DType::kF32,
                           ReduceOp::kMax, "tied embedding copies"));
-    auto most = download<float>(*env->stream, buffer->data(), mine.size());
+    auto most = download<float>(*env.stream, buffer->data(), mine.size());
     CHILD_OK(most.status());
     CHILD_CHECK(*most == mine, "stage %d: the tied embedding's copies differ", stage);
   }

@@ -64,23 +64,15 @@ Result<ParamDiff> diff_stage_from_one_rank(const GptConfig& config, const Grid& 
 }
 
 int grid_body(int rank, int size, Grid grid) {
-  auto env = open_device();
-  CHILD_CHECK(env.has_value(), "no device");
-  auto config = grid.config ? load_config(config_path(grid.config))
-                            : Result<GptConfig>(tiny_config(grid.tiny));
-  CHILD_OK(config.status());
-  if (grid.layers > 0) config->layers = grid.layers;
-  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-  CHILD_CHECK(world != nullptr, "no communicator");
-  auto groups_or = make_groups(world, grid.tp, grid.dp, grid.pp);
-  CHILD_OK(groups_or.status());
-  const ParallelGroups groups = *groups_or;
+  auto opened = open_grid_rank(rank, size, grid.config, grid.tiny, grid.tp, grid.dp, grid.pp);
+  CHILD_OK(opened.status());
+  auto& [env, config, world, groups] = **opened;
+  if (grid.layers > 0) config.layers = grid.layers;
   const int tp_rank = groups.tp_rank(), stage = groups.pp_rank();
 
-  auto sp = run_steps(*env, *config, groups, grid_options(grid, grid.micro_batches, true), kSteps);
+  auto sp = run_steps(env, config, groups, grid_options(grid, grid.micro_batches, true), kSteps);
   CHILD_OK(sp.status());
-  auto again =
-      run_steps(*env, *config, groups, grid_options(grid, grid.micro_batches, true), kSteps);
+  auto again = run_steps(env, config, groups, grid_options(grid, grid.micro_batches, true), kSteps);
   CHILD_OK(again.status());
   CHILD_CHECK(again->losses == sp->losses, "a repeated sp run's losses differ");
   CHILD_CHECK(again->master == sp->master, "a repeated sp run's weights differ");
@@ -88,14 +80,14 @@ int grid_body(int rank, int size, Grid grid) {
     // Recomputation reruns the same kernels on the same inputs: bitwise sp without it.
     TrainOptions none = grid_options(grid, grid.micro_batches, true);
     none.recompute = Recompute::kNone;
-    auto kept = run_steps(*env, *config, groups, none, kSteps);
+    auto kept = run_steps(env, config, groups, none, kSteps);
     CHILD_OK(kept.status());
     CHILD_CHECK(kept->losses == sp->losses && kept->master == sp->master,
                 "sp with recompute %s differs from sp without",
                 std::string(recompute_name(grid.recompute)).c_str());
   }
   auto plain =
-      run_steps(*env, *config, groups, grid_options(grid, grid.micro_batches, false), kSteps);
+      run_steps(env, config, groups, grid_options(grid, grid.micro_batches, false), kSteps);
   CHILD_OK(plain.status());
   if (rank == 0) {
     std::fprintf(stderr, "rank 0 activation bytes: %llu with sp, %llu without (tp %d)\n",
@@ -116,7 +108,7 @@ int grid_body(int rank, int size, Grid grid) {
   if (grid.against_one_rank) {
     TrainOptions one = grid_options(grid, grid.micro_batches * grid.dp, false);
     one.vp = 1;
-    reference = run_steps(*env, *config, {}, one, kSteps);
+    reference = run_steps(env, config, {}, one, kSteps);
     CHILD_OK(reference.status());
     against.push_back({"1 rank", &*reference});
   }
@@ -140,14 +132,11 @@ int grid_body(int rank, int size, Grid grid) {
       e.rms = std::sqrt(sum_sq / double(std::max<size_t>(sp->master.size(), 1)));
       d = e;
     } else {
-      d = diff_stage_from_one_rank(*config, grid, tp_rank, stage, sp->master, a.run->master,
+      d = diff_stage_from_one_rank(config, grid, tp_rank, stage, sp->master, a.run->master,
                                    grid.param_tol);
     }
-    CHILD_OK(d.status());
-    std::fprintf(stderr, "rank %d (tp %d, stage %d): parameters within %.3g of %s (rms %.3g)\n",
-                 rank, tp_rank, stage, d->worst, a.name, d->rms);
-    CHILD_CHECK(d->first_beyond.empty(), "against %s: %s", a.name, d->first_beyond.c_str());
-    CHILD_CHECK(d->rms <= grid.param_rms_tol, "against %s: parameter rms %.3g", a.name, d->rms);
+    const std::string beyond = params_beyond(d, grid.param_rms_tol, a.name, rank, tp_rank, stage);
+    CHILD_CHECK(beyond.empty(), "%s", beyond.c_str());
   }
   CHILD_OK(world->barrier());
   return 0;
@@ -163,117 +152,69 @@ TEST(GptSequenceParallel, TensorParallelTwoMatchesOneRankAndTpWithoutSp) {
 // LayerNorm with biases (the row-parallel biases' gradients are summed over tp under sp), tied
 // embeddings and learned positions (the embedding's output reduce-scattered).
 TEST(GptSequenceParallel, LayerNormWithBiasesMatchesOneRank) {
-  Grid grid;
-  grid.config = nullptr;
-  grid.tiny = Tiny::kGpt2;
-  expect_sp_matches(grid);
+  expect_sp_matches({.config = nullptr, .tiny = Tiny::kGpt2});
 }
 TEST(GptSequenceParallel, TwoByTwoGridMatchesOneRank) {
-  Grid grid;
-  grid.dp = 2;
-  expect_sp_matches(grid);
+  expect_sp_matches({.dp = 2});
 }
 // The stage boundary carries each tp rank's token slice (residual_count).
 TEST(GptSequenceParallel, PipelineTwoByTensorTwoMatchesOneRank) {
-  Grid grid;
-  grid.config = nullptr;
-  grid.tiny = Tiny::kGpt2;
-  grid.pp = 2;
-  grid.micro_batches = 4;
-  expect_sp_matches(grid);
+  expect_sp_matches({.config = nullptr, .tiny = Tiny::kGpt2, .pp = 2, .micro_batches = 4});
 }
 // Interleaved 1F1B (vp 2 chunks per stage) of a 4-layer llama: every chunk boundary carries the
 // slice.
 TEST(GptSequenceParallel, InterleavedPipelineByTensorTwoMatchesOneRank) {
-  Grid grid;
-  grid.pp = 2;
-  grid.vp = 2;
-  grid.layers = 4;
-  grid.micro_batches = 4;
-  expect_sp_matches(grid);
+  expect_sp_matches({.pp = 2, .vp = 2, .layers = 4, .micro_batches = 4});
 }
 // ZeRO-2 over dp and selective recomputation under sp (both run per part, around the layer
 // functions sp changes). One micro-batch per rank, as zero_test.cc's 2 x 2 grid: with two, a
 // near-zero embedding gradient summed in another order (per micro-batch, then over dp) flips
 // AdamW's normalised update (1.3e-4 from the 1-rank run, with or without sp).
 TEST(GptSequenceParallel, WithZeroTwoAndSelectiveRecomputeMatchesOneRank) {
-  Grid grid;
-  grid.dp = 2;
-  grid.micro_batches = 1;
-  grid.zero = 2;
-  grid.recompute = Recompute::kSelective;
-  expect_sp_matches(grid);
+  expect_sp_matches({.dp = 2, .micro_batches = 1, .zero = 2, .recompute = Recompute::kSelective});
 }
 TEST(GptSequenceParallel, WithFullRecomputeMatchesOneRank) {
-  Grid grid;
-  grid.recompute = Recompute::kFull;
-  expect_sp_matches(grid);
+  expect_sp_matches({.recompute = Recompute::kFull});
 }
 // bf16 activations, against tp 2 without sp only (a 1-rank bf16 run rounds the unsummed GEMM
 // outputs differently). The forward sums the same two partials per element (reduce-scatter
 // instead of allreduce); only the f32 norm gradients are summed in another order (per slice,
 // then over tp), which the f32 tolerances cover (measured: bitwise equal over these 3 steps).
 TEST(GptSequenceParallel, Bf16MatchesTpWithoutSp) {
-  Grid grid;
-  grid.act = DType::kBF16;
-  grid.against_one_rank = false;
-  expect_sp_matches(grid);
+  expect_sp_matches({.act = DType::kBF16, .against_one_rank = false});
 }
 
 // ---- refusals ---------------------------------------------------------------------------------
-
-void expect_refused(const Result<std::unique_ptr<GptTrainer>>& trainer, const std::string& what) {
-  ASSERT_FALSE(trainer.ok()) << what;
-  const std::string message = trainer.status().to_string();
-  EXPECT_NE(message.find(what), std::string::npos) << message;
-  EXPECT_EQ(trainer.status().code(), StatusCode::kInvalidArgument) << message;
-}
 
 TEST(GptSequenceParallel, RefusesWithoutTensorParallelism) {
   auto env = open_device();
   ASSERT_TRUE(env.has_value());
   TrainOptions options = parallel_test_options(1);
   options.sp = true;
-  expect_refused(
-      GptTrainer::create(*env->device, tiny_config(Tiny::kLlama), *env->kernels, {}, options),
-      "sequence parallelism (sp) needs tensor parallelism (tp > 1)");
-}
-
-int refusal_body(int rank, int size) {
-  auto env = open_device();
-  CHILD_CHECK(env.has_value(), "no device");
-  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-  CHILD_CHECK(world != nullptr, "no communicator");
-  auto groups = make_groups(world, 2, 1);
-  CHILD_OK(groups.status());
-  auto refused = [&](const GptConfig& config, const TrainOptions& options, const char* what) {
-    auto t = GptTrainer::create(*env->device, config, *env->kernels, *groups, options);
-    if (t.ok()) return std::string("accepted: ") + what;
-    if (t.status().code() != StatusCode::kInvalidArgument ||
-        t.status().to_string().find(what) == std::string::npos) {
-      return "refused otherwise: " + t.status().to_string();
-    }
-    return std::string();
-  };
-  TrainOptions options = parallel_test_options(1);
-  options.sp = true;
-  std::string why = refused(tiny_config(Tiny::kMixtral), options, "sp with MoE is not supported");
-  CHILD_CHECK(why.empty(), "%s", why.c_str());
-  options.micro_batch = 1;
-  options.seq = 15;  // 15 tokens over tp 2
-  why = refused(tiny_config(Tiny::kLlama), options, "sp: the 15 tokens of a micro-batch");
-  CHILD_CHECK(why.empty(), "%s", why.c_str());
-  // A negative control of the checks above: the same options with 16 tokens are accepted.
-  options.seq = 16;
-  auto accepted =
-      GptTrainer::create(*env->device, tiny_config(Tiny::kLlama), *env->kernels, *groups, options);
-  CHILD_OK(accepted.status());
-  CHILD_OK(world->barrier());
-  return 0;
+  EXPECT_EQ(refused_naming(GptTrainer::create(*env->device, tiny_config(Tiny::kLlama),
+                                              *env->kernels, {}, options),
+                           "sequence parallelism (sp) needs tensor parallelism (tp > 1)"),
+            "");
 }
 
 TEST(GptSequenceParallel, RefusesMoeAndTokensThatDoNotSplit) {
-  expect_ranks_pass(2, refusal_body, std::chrono::milliseconds(120000));
+  expect_tp_two_ranks_pass([](GridRank& r) {
+    auto create = [&r](const GptConfig& config, const TrainOptions& options) {
+      return GptTrainer::create(*r.env.device, config, *r.env.kernels, r.groups, options);
+    };
+    TrainOptions options = parallel_test_options(1);
+    options.sp = true;
+    std::string why = refused_naming(create(tiny_config(Tiny::kMixtral), options),
+                                     "sp with MoE is not supported");
+    if (!why.empty()) return why;
+    options.micro_batch = 1;
+    options.seq = 15;  // 15 tokens over tp 2
+    why = refused_naming(create(r.config, options), "sp: the 15 tokens of a micro-batch");
+    if (!why.empty()) return why;
+    // A negative control of the checks above: the same options with 16 tokens are accepted.
+    options.seq = 16;
+    return accepted(create(r.config, options));
+  });
 }
 
 }  // namespace

@@ -19,8 +19,8 @@ constexpr int kSteps = 3;
 struct Grid {
   const char* config = "tiny-llama.json";  // null: tiny_config(tiny)
   Tiny tiny = Tiny::kGpt2;
-  int tp = 2, dp = 1;
-  int64_t micro_batches = 2;  // per step, per dp rank (the 1-rank run takes dp times as many)
+  int tp = 2, dp = 1, pp = 1;  // pp: 1 (expect_grid_ranks_pass)
+  int64_t micro_batches = 2;   // per step, per dp rank (the 1-rank run takes dp times as many)
   Recompute recompute = Recompute::kNone;  // of the tp_comm_overlap runs
 };
 
@@ -33,37 +33,30 @@ TrainOptions grid_options(int64_t micro_batches, bool sp, bool tp_comm_overlap) 
 }
 
 int grid_body(int rank, int size, Grid grid) {
-  auto env = open_device();
-  CHILD_CHECK(env.has_value(), "no device");
-  auto config = grid.config ? load_config(config_path(grid.config))
-                            : Result<GptConfig>(tiny_config(grid.tiny));
-  CHILD_OK(config.status());
-  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-  CHILD_CHECK(world != nullptr, "no communicator");
-  auto groups_or = make_groups(world, grid.tp, grid.dp);
-  CHILD_OK(groups_or.status());
-  const ParallelGroups groups = *groups_or;
+  auto opened = open_grid_rank(rank, size, grid.config, grid.tiny, grid.tp, grid.dp);
+  CHILD_OK(opened.status());
+  auto& [env, config, world, groups] = **opened;
   const int tp_rank = groups.tp_rank();
 
   TrainOptions options = grid_options(grid.micro_batches, true, true);
   options.recompute = grid.recompute;
-  auto ring = run_steps(*env, *config, groups, options, kSteps);
+  auto ring = run_steps(env, config, groups, options, kSteps);
   CHILD_OK(ring.status());
-  auto again = run_steps(*env, *config, groups, options, kSteps);
+  auto again = run_steps(env, config, groups, options, kSteps);
   CHILD_OK(again.status());
   CHILD_CHECK(same_bits(*again, *ring), "a repeated tp_comm_overlap run differs");
   if (grid.recompute != Recompute::kNone) {
     // The rerun forward goes through the same rings on the same inputs: bitwise.
     auto kept =
-        run_steps(*env, *config, groups, grid_options(grid.micro_batches, true, true), kSteps);
+        run_steps(env, config, groups, grid_options(grid.micro_batches, true, true), kSteps);
     CHILD_OK(kept.status());
     CHILD_CHECK(same_bits(*kept, *ring), "tp_comm_overlap with recompute %s differs from without",
                 std::string(recompute_name(grid.recompute)).c_str());
   }
-  auto sp = run_steps(*env, *config, groups, grid_options(grid.micro_batches, true, false), kSteps);
+  auto sp = run_steps(env, config, groups, grid_options(grid.micro_batches, true, false), kSteps);
   CHILD_OK(sp.status());
-  auto one = run_steps(*env, *config, {}, grid_options(grid.micro_batches * grid.dp, false, false),
-                       kSteps);
+  auto one =
+      run_steps(env, config, {}, grid_options(grid.micro_batches * grid.dp, false, false), kSteps);
   CHILD_OK(one.status());
 
   for (const auto& [name, run] :
@@ -72,27 +65,22 @@ int grid_body(int rank, int size, Grid grid) {
     CHILD_CHECK(loss.empty(), "%s", loss.c_str());
     Result<ParamDiff> d = ParamDiff{};
     if (run == &*sp) {  // the same layout: the same shards compared
-      auto layout = make_layout(*config, tp_rank, grid.tp);
+      auto layout = make_layout(config, tp_rank, grid.tp);
       CHILD_OK(layout.status());
       d = diff_by_name(*layout, ring->master, *layout, sp->master, false, tp_rank, grid.tp,
                        kParamTol, name);
     } else {
-      d = diff_from_one_rank(*config, tp_rank, grid.tp, ring->master, one->master, kParamTol);
+      d = diff_from_one_rank(config, tp_rank, grid.tp, ring->master, one->master, kParamTol);
     }
-    CHILD_OK(d.status());
-    std::fprintf(stderr, "rank %d (tp %d): parameters within %.3g of %s (rms %.3g)\n", rank,
-                 tp_rank, d->worst, name, d->rms);
-    CHILD_CHECK(d->first_beyond.empty(), "against %s: %s", name, d->first_beyond.c_str());
-    CHILD_CHECK(d->rms <= kParamRmsTol, "against %s: parameter rms %.3g", name, d->rms);
+    const std::string beyond = params_beyond(d, kParamRmsTol, name, rank, tp_rank);
+    CHILD_CHECK(beyond.empty(), "%s", beyond.c_str());
   }
   CHILD_OK(world->barrier());
   return 0;
 }
 
 void expect_overlap_matches(Grid grid) {
-  expect_ranks_pass(
-      grid.tp * grid.dp, [grid](int rank, int size) { return grid_body(rank, size, grid); },
-      std::chrono::milliseconds(240000));
+  expect_grid_ranks_pass(grid, grid_body, std::chrono::milliseconds(240000));
 }
 
 TEST(GptTpCommOverlap, TensorParallelTwoMatchesSpWithoutItAndOneRank) {
@@ -100,71 +88,43 @@ TEST(GptTpCommOverlap, TensorParallelTwoMatchesSpWithoutItAndOneRank) {
 }
 // LayerNorm with biases (added after the reduce-scatter), learned positions and tied embeddings.
 TEST(GptTpCommOverlap, LayerNormWithBiasesMatchesOneRank) {
-  Grid grid;
-  grid.config = nullptr;
-  expect_overlap_matches(grid);
+  expect_overlap_matches({.config = nullptr});
 }
 // One micro-batch per rank, as sp_test.cc's ZeRO grid: with two, a near-zero embedding gradient
 // summed in another order (per micro-batch, then over dp) flips AdamW's normalised update
 // (embed.wte 1.2e-4 from the 1-rank run, 6.6e-5 from sp without tp_comm_overlap).
 TEST(GptTpCommOverlap, TwoByTwoGridMatchesOneRank) {
-  Grid grid;
-  grid.dp = 2;
-  grid.micro_batches = 1;
-  expect_overlap_matches(grid);
+  expect_overlap_matches({.dp = 2, .micro_batches = 1});
 }
 
 TEST(GptTpCommOverlap, WithFullRecomputeMatchesOneRank) {
-  Grid grid;
-  grid.recompute = Recompute::kFull;
-  expect_overlap_matches(grid);
+  expect_overlap_matches({.recompute = Recompute::kFull});
 }
 
 // ---- refusals ---------------------------------------------------------------------------------
-
-std::string refused(const Result<std::unique_ptr<GptTrainer>>& trainer, const char* what) {
-  if (trainer.ok()) return std::string("accepted: ") + what;
-  if (trainer.status().code() != StatusCode::kInvalidArgument ||
-      trainer.status().to_string().find(what) == std::string::npos) {
-    return "refused otherwise: " + trainer.status().to_string();
-  }
-  return std::string();
-}
 
 TEST(GptTpCommOverlap, RefusesWithoutSequenceParallelism) {
   auto env = open_device();
   ASSERT_TRUE(env.has_value());
   TrainOptions options = grid_options(1, false, true);
-  EXPECT_EQ(refused(GptTrainer::create(*env->device, tiny_config(Tiny::kLlama), *env->kernels, {},
-                                       options),
-                    "tp_comm_overlap needs sequence parallelism (sp)"),
+  EXPECT_EQ(refused_naming(GptTrainer::create(*env->device, tiny_config(Tiny::kLlama),
+                                              *env->kernels, {}, options),
+                           "tp_comm_overlap needs sequence parallelism (sp)"),
             "");
 }
 
-int refusal_body(int rank, int size) {
-  auto env = open_device();
-  CHILD_CHECK(env.has_value(), "no device");
-  auto world = coll::testing::child_communicator(rank, size, {}, &*env->device);
-  CHILD_CHECK(world != nullptr, "no communicator");
-  auto groups = make_groups(world, 2, 1);
-  CHILD_OK(groups.status());
-  TrainOptions options = grid_options(1, true, true);
-  options.act = DType::kBF16;
-  std::string why = refused(
-      GptTrainer::create(*env->device, tiny_config(Tiny::kLlama), *env->kernels, *groups, options),
-      "tp_comm_overlap needs f32 activations (act bf16)");
-  CHILD_CHECK(why.empty(), "%s", why.c_str());
-  // A negative control of the check above: the same options in f32 are accepted.
-  options.act = DType::kF32;
-  auto accepted =
-      GptTrainer::create(*env->device, tiny_config(Tiny::kLlama), *env->kernels, *groups, options);
-  CHILD_OK(accepted.status());
-  CHILD_OK(world->barrier());
-  return 0;
-}
-
 TEST(GptTpCommOverlap, RefusesBf16Activations) {
-  expect_ranks_pass(2, refusal_body, std::chrono::milliseconds(120000));
+  expect_tp_two_ranks_pass([](GridRank& r) {
+    TrainOptions options = grid_options(1, true, true);
+    options.act = DType::kBF16;
+    const std::string why = refused_naming(
+        GptTrainer::create(*r.env.device, r.config, *r.env.kernels, r.groups, options),
+        "tp_comm_overlap needs f32 activations (act bf16)");
+    if (!why.empty()) return why;
+    // A negative control of the check above: the same options in f32 are accepted.
+    options.act = DType::kF32;
+    return accepted(GptTrainer::create(*r.env.device, r.config, *r.env.kernels, r.groups, options));
+  });
 }
 
 }  // namespace

@@ -240,7 +240,7 @@ Status ZeroEngine::grads_end(const hal::Stream& s, Part part, int layer) {
   if (plan_.level < 2) return Status();
   const std::vector<int>& units = plan_.parts[size_t(part_of(part, layer))];
   if (!overlap_) {
-    for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(s, *groups_.dp, u));
+    for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(s, groups_.dp.get(), u));
     return Status();
   }
   Overlap& o = *overlap_;
@@ -252,7 +252,7 @@ Status ZeroEngine::grads_end(const hal::Stream& s, Part part, int layer) {
   TSR_ASSIGN_OR_RETURN(hal::Event start, o.stream.create_event(true));
   TSR_ASSIGN_OR_RETURN(hal::Event end, o.stream.create_event(true));
   TSR_RETURN_IF_ERROR(start.record(o.stream));
-  for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(o.stream, *o.comm, u));
+  for (int u : units) TSR_RETURN_IF_ERROR(reduce_unit(o.stream, o.comm.get(), u));
   TSR_RETURN_IF_ERROR(end.record(o.stream));
   o.spans.emplace_back(std::move(start), std::move(end));
   const int used = o.next;
@@ -317,12 +317,12 @@ double ZeroEngine::exposed_seconds() const {
   return overlap_ ? overlap_->exposed_seconds : 0;
 }
 
-Status ZeroEngine::reduce_unit(const hal::Stream& s, coll::Communicator& comm, int u) {
+Status ZeroEngine::reduce_unit(const hal::Stream& s, coll::Communicator* comm, int u) {
   const ShardUnit& unit = plan_.shards.units[size_t(u)];
   float* full = params_->unit_grad(u);
   float* mine = full + uint64_t(plan_.shards.dp_rank) * unit.slice;
   if (groups_.dp_size() > 1) {
-    auto work = comm.reduce_scatter(full, mine, unit.slice, DType::kF32, ReduceOp::kSum, s);
+    auto work = comm->reduce_scatter(full, mine, unit.slice, DType::kF32, ReduceOp::kSum, s);
     if (!work.ok()) {
       return work.status().with_context("reduce-scatter of ZeRO-2 unit " + std::to_string(u) +
                                         " (gradients)");

@@ -145,7 +145,8 @@ class ZeroEngine {
   // Makes `part` resident in a gather slot (gathering unless a slot holds it); never evicts
   // `keep`.
   Status gather(const hal::Stream& s, int part, int keep);
-  Status reduce_unit(const hal::Stream& s, coll::Communicator& comm, int unit);
+  // `comm`: the dp group's (null where dp = 1: the unit is only folded into the shard).
+  Status reduce_unit(const hal::Stream& s, coll::Communicator* comm, int unit);
   uint64_t part_elements(int part) const;  // padded elements of the part's units
 
   // enable_overlap's state. Declared last: destroyed first, after its stream drained.
