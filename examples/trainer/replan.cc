@@ -27,6 +27,7 @@ Result<Replan> replan_for_world(const TrainOptions& options, int world) {
   TSR_RETURN_IF_ERROR(plan::fit_gemm_curve(&c).with_context(where));
   plan::ClusterSpec cluster = plan::cluster_from_calibration(c);
   plan::CostOptions cost;
+  cost.zero3_flat = false;  // the trainer's ZeroEngine gathers whole blocks, as FSDP does
   plan::apply_calibration(c, &cluster, &cost);
   const plan::SearchConstraints k = trainer_search_constraints(1);
   const int64_t seq = options.gpt_config.empty() ? 1 : options.seq;

@@ -143,6 +143,81 @@ TEST(Zero3, GathersPerBlockBindTheStepAtScaleAndRecomputationGathersAgain) {
   EXPECT_GT(no_recompute.step_time_s, 44 * per_block);
 }
 
+TEST(Zero3, FlatCollectivesGetOneNicsShareOfEachHost) {
+  const ClusterSpec c = cluster("dgx-a100-80gb", 64);
+  const double nic = c.inter_host.busbw_gbps * 1e9 * c.inter_host.nics_per_host;
+  // Eight members per host: hierarchical rings share the host's eight NICs, flat ones one each.
+  EXPECT_NEAR(group_path(c, 1, 64).busbw, nic, 1e-6 * nic);
+  EXPECT_NEAR(flat_group_path(c, 1, 64).busbw, nic / 8, 1e-6 * nic);
+  EXPECT_EQ(flat_group_path(c, 1, 64).latency, group_path(c, 1, 64).latency);
+  // One member per host, or a group inside one host: nothing to share differently.
+  EXPECT_EQ(flat_group_path(c, 8, 8).busbw, group_path(c, 8, 8).busbw);
+  EXPECT_EQ(flat_group_path(c, 1, 8).busbw, group_path(c, 1, 8).busbw);
+}
+
+// The signature of the published ZeRO-3 runs (docs/PLANNER.md, Narayanan et al. 2021 Table 2):
+// without model parallelism the bytes a device moves per step do not depend on the number of
+// devices, so once they bind, doubling the devices leaves the step time where it was.
+TEST(Zero3, FlatStepIsBandwidthBoundAndStopsShrinkingWithMoreDevices) {
+  const ir::Model m = gpt(12288, 96, 96);
+  auto at = [&](int64_t devices, bool flat) {
+    CostOptions o;
+    o.zero3_flat = flat;
+    o.flash_attention = false;
+    const int mbs = static_cast<int>(1536 / devices);
+    auto e =
+        evaluate(m, cluster("dgx-a100-80gb", devices), {1536, 2048, Dtype::kFp16},
+                 make_plan(1, 1, static_cast<int>(devices), mbs, 1536, 3, Recompute::kFull), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return *e;
+  };
+  const Estimate flat768 = at(768, true), flat1536 = at(1536, true);
+  EXPECT_LT(std::fabs(flat1536.step_time_s / flat768.step_time_s - 1), 0.1);
+  // At least four transfers of every block's 16-bit weights through one NIC: the forward and the
+  // two backward gathers and the reduce-scatter.
+  const LinkPath one_nic = flat_group_path(cluster("dgx-a100-80gb", 1536), 1, 1536);
+  const double block = 12.0 * 12288 * 12288;
+  EXPECT_GT(flat1536.step_time_s, 96 * 4 * allgather_time(2 * block, 1536, one_nic));
+  // Hierarchical collectives use the host's eight NICs: the step follows the compute down.
+  const Estimate hier768 = at(768, false), hier1536 = at(1536, false);
+  EXPECT_LT(hier1536.step_time_s, 0.6 * hier768.step_time_s);
+  EXPECT_LT(hier1536.step_time_s, 0.5 * flat1536.step_time_s);
+}
+
+TEST(Zero3, BackwardGathersWaitUnderFullRecomputationOnly) {
+  const ir::Model m = gpt(12288, 96, 96);
+  auto dp_comm = [&](Recompute rc, bool flat) {
+    CostOptions o;
+    o.zero3_flat = flat;
+    auto e = evaluate(m, cluster("dgx-a100-80gb", 384), {1536, 2048, Dtype::kBf16},
+                      make_plan(1, 1, 384, 4, 1536, 3, rc), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e->time.dp_comm_s;
+  };
+  // With a block of prefetch in the backward, the compute of a mbs-4 block hides most gathers;
+  // without it, the recomputation's and the backward's gathers of every block wait.
+  const LinkPath one_nic = flat_group_path(cluster("dgx-a100-80gb", 384), 1, 384);
+  const double two_gathers = 96 * 2 * allgather_time(2 * 12.0 * 12288 * 12288, 384, one_nic);
+  EXPECT_GT(dp_comm(Recompute::kFull, true), two_gathers);
+  EXPECT_LT(dp_comm(Recompute::kSelective, true), 0.5 * two_gathers);
+}
+
+TEST(Zero3, FlatGathersHoldOneModuleHierarchicalTwoBlocks) {
+  const ir::Model m = gpt(8192, 8, 64);
+  auto transient = [&](bool flat) {
+    CostOptions o;
+    o.zero3_flat = flat;
+    auto e = evaluate(m, cluster("dgx-a100-80gb", 64), {64, 2048, Dtype::kBf16},
+                      make_plan(1, 1, 64, 1, 64, 3, Recompute::kNone), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e->memory.transient;
+  };
+  // Hierarchical: two blocks of 12 h^2 16-bit weights; flat: the largest weight matrix (the
+  // 51200 x 8192 LM head, larger than the 4 h^2 MLP matrices here) and its gradient.
+  const double h = 8192;
+  EXPECT_NEAR(transient(false) - transient(true), 4 * (12 * h * h - 51200 * h), 0.01 * 4 * h * h);
+}
+
 TEST(Pipeline, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
   const ir::Model m = gpt(4096, 16, 32);
   const Workload w{64, 2048, Dtype::kBf16};

@@ -107,6 +107,8 @@ TEST(PlanCli, BadInputExitsTwoWithOneLine) {
            Case{base + "--model " + config, "field 'num_attention_heads' missing"},
            Case{base + "--model llama2-7b --fix zero=5", "zero must be an integer in 0..3"},
            Case{base + "--model llama2-7b --bogus", "unexpected argument '--bogus'"},
+           Case{base + "--model llama2-7b --zero3 fsdp",
+                "--zero3 must be flat or hierarchical, got 'fsdp'"},
            Case{"--model llama3-405b --cluster dgx-a100-80gb --devices 8 --global-batch 8 "
                 "--seq-len 4096",
                 "the smallest needs"},
@@ -117,6 +119,25 @@ TEST(PlanCli, BadInputExitsTwoWithOneLine) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
     EXPECT_TRUE(r.out.empty());
   }
+}
+
+// The published ZeRO-3 runs' layout across hosts: flat (DeepSpeed, the default) is bound by one
+// NIC per device, hierarchical by the compute; --explain names the ZeRO-3 traffic.
+TEST(PlanCli, ZeroThreeFlatIsTheDefaultAndHierarchicalIsFaster) {
+  const std::string args =
+      "--model gpt3-175b --cluster dgx-a100-80gb --devices 768 --global-batch 768 --seq-len 2048 "
+      "--attention materialized --fix tp=1,pp=1,dp=768,mbs=1,zero=3,recompute=full";
+  auto step = [&](const std::string& extra) {
+    const CliRun r = run(args + extra + " --json");
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["plans"][0]["step_time_s"].get<double>();
+  };
+  const double flat = step(""), hierarchical = step(" --zero3 hierarchical");
+  EXPECT_EQ(step(" --zero3 flat"), flat);
+  EXPECT_GT(flat, 2 * hierarchical);
+  const CliRun r = run(args + " --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("bound by ZeRO-3 gathers and reduce-scatters"), std::string::npos) << r.out;
 }
 
 TEST(PlanCli, TimelineAndExplain) {

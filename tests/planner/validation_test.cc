@@ -24,6 +24,9 @@ using Json = nlohmann::json;
 
 // The median |error| docs/PLANNER.md records for this table, with a little room for rounding.
 constexpr double kMedianBound = 0.05;
+// Issue 19's bound for the ZeRO-3 runs (group "zero3"), which are out of the median: another
+// software stack (DeepSpeed) under the same model.
+constexpr double kZero3Bound = 0.20;
 
 Json load_runs() {
   std::ifstream in(TESSERA_PLANNER_VALIDATION_FILE);
@@ -47,7 +50,7 @@ Recompute recompute_of(const std::string& name) {
 }
 
 struct Row {
-  std::string name, source, layout;
+  std::string name, source, layout, group;
   double published_s = 0, predicted_s = 0, error = 0, bound = 0;
   bool in_median = true;
 };
@@ -61,6 +64,7 @@ Row evaluate_run(const Json& run, const Json& defaults) {
   row.source = run.at("source").get<std::string>();
   row.bound = run.at("max_error").get<double>();
   row.in_median = run.value("in_median", true);
+  row.group = run.value("group", std::string());
 
   const Json& m = run.at("model");
   ir::DecoderConfig c;
@@ -144,6 +148,8 @@ TEST(Validation, EveryPublishedRunIsPredictedWithinItsRecordedBound) {
   ASSERT_FALSE(doc.is_discarded()) << TESSERA_PLANNER_VALIDATION_FILE << ": not valid JSON";
   const Json& defaults = doc.at("defaults");
   std::vector<double> errors;
+  double zero3_max = 0;
+  int zero3_runs = 0;
   for (const Json& run : doc.at("runs")) {
     const Row r = evaluate_run(run, defaults);
     std::printf("| %s | %s | %s | %.2f | %.2f | %+.1f %% |\n", r.name.c_str(), r.source.c_str(),
@@ -152,7 +158,10 @@ TEST(Validation, EveryPublishedRunIsPredictedWithinItsRecordedBound) {
         << r.name << " (" << r.source << "): predicted " << r.predicted_s << " s, published "
         << r.published_s << " s";
     if (r.in_median) errors.push_back(std::fabs(r.error));
+    if (r.group == "zero3") zero3_max = std::max(zero3_max, std::fabs(r.error)), ++zero3_runs;
   }
+  std::printf("ZeRO-3 runs %d, max |error| %.1f %%\n", zero3_runs, 100 * zero3_max);
+  EXPECT_LE(zero3_max, kZero3Bound);
   ASSERT_GE(errors.size(), 2u);
   std::sort(errors.begin(), errors.end());
   const size_t n = errors.size();

@@ -27,7 +27,7 @@ constexpr double kGiB = 1073741824.0;
 
 struct PlanOptions {
   std::string model, cluster, devices, global_batch, seq_len, dtype = "bf16", fix, top = "5";
-  std::string timeline, phases, attention = "flash";
+  std::string timeline, phases, attention = "flash", zero3 = "flat";
   std::string device, calibration, calibration_out = "tessera-calibration.json";
   bool json = false, explain = false, calibrate = false;
 };
@@ -101,6 +101,7 @@ void run_plan(const PlanOptions& o) {
                             .top = o.top,
                             .phases = o.phases,
                             .attention = o.attention,
+                            .zero3 = o.zero3,
                             .calibration = o.calibrate ? o.calibration_out : o.calibration};
   const plan::PlanRun run = check(plan::run_plan_request(request));
   if (run.phases) {
@@ -174,6 +175,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--attention", o->attention,
                   "flash (fused attention, default) or materialized (the s x s scores are stored, "
                   "as in Megatron-LM 2021)");
+  cmd->add_option("--zero3", o->zero3,
+                  "How ZeRO-3 runs: flat (default: DeepSpeed's per-module collectives over all "
+                  "data-parallel ranks, one NIC's share per device, backward gathers not "
+                  "prefetched under full recomputation) or hierarchical (whole blocks, the "
+                  "host's NICs, prefetched both ways: MiCS, ZeRO++ hpZ, FSDP hybrid)");
   cmd->add_flag("--json", o->json, "Print JSON for machines");
   cmd->add_flag("--explain", o->explain, "Explain why the best plan wins and what bounds it");
   cmd->add_option("--timeline", o->timeline, "Write the best plan's step as an SVG Gantt chart");

@@ -49,7 +49,8 @@ Result<plan::MemoryBreakdown> predict_memory(const ir::Model& model, const PlanS
   TSR_ASSIGN_OR_RETURN(plan::ClusterSpec preset, plan::cluster_preset("dgx-h100"));
   TSR_ASSIGN_OR_RETURN(plan::ClusterSpec cluster,
                        plan::with_devices(preset, int64_t(s.tp) * s.dp * s.pp));
-  const plan::CostOptions options;
+  plan::CostOptions options;
+  options.zero3_flat = false;  // ZeroEngine gathers whole blocks into two slots, as FSDP does
   TSR_RETURN_IF_ERROR(plan::validate_plan(model, cluster, workload, p, options));
   const plan::ShapeCosts costs = plan::compute_shape_costs(
       model, cluster, workload, plan::ShapeKey{p.tp, p.cp, p.ep, p.mbs, p.sp, p.recompute},

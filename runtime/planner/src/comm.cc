@@ -31,6 +31,14 @@ LinkPath group_path(const ClusterSpec& c, int64_t stride, int64_t size) {
   return path;
 }
 
+LinkPath flat_group_path(const ClusterSpec& c, int64_t stride, int64_t size) {
+  LinkPath path = group_path(c, stride, size);
+  if (!path.inter_host) return path;
+  const double nic = c.inter_host.busbw_gbps * 1e9 * c.inter_host.nics_per_host;
+  path.busbw = std::min(path.busbw, nic / static_cast<double>(c.devices_per_host));
+  return path;
+}
+
 double ring_latency(int64_t n, const LinkPath& path) {
   if (n <= 1) return 0;
   if (!path.inter_host) return static_cast<double>(n - 1) * path.latency;

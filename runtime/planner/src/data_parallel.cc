@@ -44,7 +44,8 @@ double reduction_exposed(const Group& dense, const Group& expert, int zero, doub
 
 double zero3_exposed_per_microbatch(const ShapeCosts& costs, int first, int end, bool with_pre,
                                     bool with_post, const Group& dense, const Group& expert,
-                                    double grad_bytes, bool full_recompute) {
+                                    double grad_bytes, bool full_recompute,
+                                    bool backward_gathers_wait) {
   // The device's modules in forward order: compute and the weights' gather / gradients' reduce.
   struct Module {
     double fwd, bwd, gather, reduce;
@@ -69,6 +70,18 @@ double zero3_exposed_per_microbatch(const ShapeCosts& costs, int first, int end,
     const double next = j + 1 < n ? mods[j + 1].gather : 0;
     span += std::max(mods[j].fwd, next);
     busy += mods[j].fwd;
+  }
+  if (backward_gathers_wait) {
+    // Backward, last module first: each module waits for its own gathers, then computes while
+    // the previous module's gradients leave.
+    for (size_t r = 0; r < n; ++r) {
+      const size_t j = n - 1 - r;
+      const double prev = r > 0 ? mods[j + 1].reduce : 0;
+      span += regather * mods[j].gather + std::max(mods[j].bwd, prev);
+      busy += mods[j].bwd;
+    }
+    span += mods[0].reduce;  // the last reduce-scatter waits
+    return std::max(0.0, span - busy);
   }
   // Backward, last module first: its gather waits; then each module's backward runs while the
   // next one's weights arrive and the previous one's gradients leave (one link, both in turn).

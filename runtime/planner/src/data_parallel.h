@@ -39,8 +39,11 @@ double reduction_exposed(const Group& dense, const Group& expert, int zero, doub
 // its forward and again before its backward (twice under full recomputation), its gradients
 // reduce-scattered after its backward; each collective runs while the previous block computes
 // (one block of prefetch), and the first gather and the last reduce-scatter wait.
+// `backward_gathers_wait`: the backward's gathers of a block start when its backward does (no
+// prefetch there), and only the previous block's reduce-scatter overlaps its compute.
 double zero3_exposed_per_microbatch(const ShapeCosts& costs, int first, int end, bool with_pre,
                                     bool with_post, const Group& dense, const Group& expert,
-                                    double grad_bytes, bool full_recompute);
+                                    double grad_bytes, bool full_recompute,
+                                    bool backward_gathers_wait);
 
 }  // namespace tessera::plan::dp

@@ -21,7 +21,7 @@ std::string gib(double bytes) {
 }
 
 // The largest component of the step; the first one on ties.
-std::pair<const char*, double> largest_part(const TimeBreakdown& t) {
+std::pair<const char*, double> largest_part(const TimeBreakdown& t, int zero) {
   const std::pair<const char*, double> parts[] = {
       {"compute", t.compute_s},
       {"the pipeline bubble", t.bubble_s},
@@ -29,7 +29,7 @@ std::pair<const char*, double> largest_part(const TimeBreakdown& t) {
       {"CP communication", t.cp_comm_s},
       {"EP all-to-alls", t.ep_comm_s},
       {"PP transfers", t.pp_comm_s},
-      {"DP gradient reduction", t.dp_comm_s},
+      {zero >= 3 ? "ZeRO-3 gathers and reduce-scatters" : "DP gradient reduction", t.dp_comm_s},
       {"the optimizer", t.optimizer_s},
       {"memory-bound work", t.memory_bound_s},
       {"kernel launches", t.launch_s},
@@ -82,7 +82,7 @@ Explanation explain_best(const ir::Model& model, const ClusterSpec& cluster, con
                          const std::vector<Estimate>& plans, const CostOptions& options) {
   Explanation x;
   x.best = plans.front();
-  const auto [name, seconds] = largest_part(x.best.time);
+  const auto [name, seconds] = largest_part(x.best.time, x.best.plan.zero);
   x.bound_by = name;
   x.bound_seconds = seconds;
   for (auto& [label, p] : single_changes(x.best.plan, options)) {

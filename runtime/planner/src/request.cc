@@ -65,6 +65,10 @@ Result<PlanRun> run_plan_request(const PlanRequest& r) {
     return invalid_argument("--attention must be flash or materialized, got '" + r.attention + "'");
   }
   run.options.flash_attention = r.attention == "flash";
+  if (r.zero3 != "flat" && r.zero3 != "hierarchical") {
+    return invalid_argument("--zero3 must be flat or hierarchical, got '" + r.zero3 + "'");
+  }
+  run.options.zero3_flat = r.zero3 == "flat";
   if (calibration) apply_calibration(*calibration, &run.cluster, &run.options);
   run.dtype = r.dtype == "fp16" ? Dtype::kFp16 : Dtype::kBf16;
   if (!r.phases.empty()) {

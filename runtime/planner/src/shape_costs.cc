@@ -52,6 +52,7 @@ double kv_split(const ir::Layer& l, int tp) {
 // Forward compute of one layer, and the attention core's share (what selective recomputes).
 struct LayerTimes {
   double gemm_s = 0, core_s = 0, traffic_s = 0, core_traffic_s = 0;
+  double max_weight = 0;  // parameters of the largest weight matrix after the split
   double fwd_s() const { return gemm_s + traffic_s; }
 };
 
@@ -109,6 +110,7 @@ LayerTimes layer_times(const Context& x, const ir::Layer& l) {
         g.k /= t;
         break;
     }
+    if (!g.attention_core) out.max_weight = std::max(out.max_weight, g.n * g.k * g.batch);
     double s = 0;
     if (g.attention_core && x.options.flash_attention) {
       // One fused kernel: the scores stay on chip, so the head dimension (k of QK^T, n of PV) adds
@@ -153,6 +155,7 @@ void add_layer(const Context& x, const ir::Layer& l, bool recompute, BlockCost& 
   // backward reads its output gradient and its saved input and writes the input gradient, 1.5 x
   // its forward traffic (softmax, norms, activations; dropout 1 x, a residual add almost 0).
   b.fwd_s += lt.fwd_s() + launch;
+  b.max_module_params = std::max(b.max_module_params, lt.max_weight);
   b.bwd_s += 2 * lt.gemm_s + kBackwardTraffic * lt.traffic_s + 2 * launch;
   b.mem_s += (1 + kBackwardTraffic) * lt.traffic_s;
   b.launch_s += 3 * launch;
@@ -313,7 +316,10 @@ ShapeCosts compute_shape_costs(const ir::Model& model, const ClusterSpec& cluste
     }
     out.max_transient = std::max(out.max_transient, b.transient_bytes);
     out.max_block_params = std::max(out.max_block_params, b.dense_params + b.expert_params);
+    out.max_module_params = std::max(out.max_module_params, b.max_module_params);
   }
+  out.max_module_params =
+      std::max({out.max_module_params, out.pre.max_module_params, out.post.max_module_params});
   const size_t n = out.blocks.size();
   for (auto* v : {&out.time, &out.fwd, &out.bwd, &out.tp, &out.cp, &out.ep, &out.act, &out.dense,
                   &out.expert, &out.mem, &out.launch}) {

@@ -56,8 +56,10 @@ StageModel::StageModel(const ir::Model& model, const ClusterSpec& cluster, const
   }
   dense_group_ = static_cast<double>(plan.dp) * plan.cp;
   expert_group_ = std::max(1.0, dense_group_ / plan.ep);
-  dense_path_ = group_path(cluster, plan.tp, plan.cp * plan.dp);
-  expert_path_ = group_path(cluster, tc * plan.ep, std::max(1, plan.dp / plan.ep));
+  // ZeRO-3's flat collectives move each device's share through its own NICs (cost_model.h).
+  const auto path = plan.zero >= 3 && options.zero3_flat ? flat_group_path : group_path;
+  dense_path_ = path(cluster, plan.tp, plan.cp * plan.dp);
+  expert_path_ = path(cluster, tc * plan.ep, std::max(1, plan.dp / plan.ep));
   grad_bytes_ = grad_reduce_bytes(w.dtype, options);
   bucket_params_ = std::max(options.dp_bucket_params, 1e6 * plan.dp);
   if (plan.pp > 1 && model.tied_embeddings) {
@@ -119,8 +121,13 @@ double StageModel::stage_memory(int stage, int first, int end, MemoryBreakdown* 
   m.optimizer = dense * d.optimizer + expert * e.optimizer;
   m.activations = act * in_flight(stage);
   m.transient = end > first ? costs_->max_transient : 0;
-  // ZeRO-3 gathers a block's weights to use them, and prefetches the next one.
-  if (plan_.zero >= 3) m.transient += 2 * 2.0 * costs_->max_block_params;
+  // ZeRO-3 gathers a block's weights to use them, and prefetches the next one. DeepSpeed's flat
+  // ZeRO-3 gathers module by module (a weight matrix, within its live-parameter limit): the one in
+  // use and, in the backward, its 16-bit gradient before the reduce-scatter.
+  if (plan_.zero >= 3) {
+    m.transient +=
+        2 * 2.0 * (options_.zero3_flat ? costs_->max_module_params : costs_->max_block_params);
+  }
   if (out != nullptr) *out = m;
   return m.total();
 }
@@ -193,8 +200,12 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
     double exposed;
     if (plan_.zero >= 3) {
       // DeepSpeed and FSDP reduce-scatter ZeRO-3 gradients in the 16-bit training dtype.
+      // Under full recomputation a flat (DeepSpeed) ZeRO-3 does not prefetch the backward's
+      // gathers: its prefetch follows the forward's recorded module order, which the recomputed
+      // forwards inside the backward break.
+      const bool full = plan_.recompute == Recompute::kFull;
       exposed = m * dp::zero3_exposed_per_microbatch(*costs_, lo(i), hi(i), i == 0, i == p - 1, dg,
-                                                     eg, 2.0, plan_.recompute == Recompute::kFull);
+                                                     eg, 2.0, full, full && options_.zero3_flat);
     } else {
       exposed = dp::reduction_exposed(dg, eg, plan_.zero, grad_bytes_, bucket_params_,
                                       options_.dp_overlap * bwd + slack,

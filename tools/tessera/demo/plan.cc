@@ -70,6 +70,7 @@ Result<DemoPlan> plan_demo(const DemoOptions& o, const DemoModel& demo_model, co
   TSR_RETURN_IF_ERROR(plan::fit_gemm_curve(&c));
   plan::ClusterSpec cluster = plan::cluster_from_calibration(c);
   plan::CostOptions options;
+  options.zero3_flat = false;  // the trainer's ZeroEngine gathers whole blocks, as FSDP does
   plan::apply_calibration(c, &cluster, &options);
   const ir::Model& model = demo_model.ir;
   DemoPlan out;

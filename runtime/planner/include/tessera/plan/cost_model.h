@@ -54,6 +54,13 @@ struct CostOptions {
   // attention core instead of 2 x). Off reproduces Megatron-LM 2021 and Korthikanti's formulas.
   bool flash_attention = true;
   bool p2p_scatter_gather = true;  // PP sends 1/t of the activation per TP rank (Megatron-LM)
+  // ZeRO-3 as DeepSpeed runs it: each module's weights gathered (and gradients reduce-scattered)
+  // by flat collectives over all data-parallel ranks, each device's traffic through its own share
+  // of the host's NICs (flat_group_path), and under full recomputation the backward's two gathers
+  // of a block issued when the block's backward starts, not prefetched. false: a hierarchical
+  // implementation with prefetch in the backward (MiCS, ZeRO++'s hpZ, FSDP's HYBRID_SHARD with
+  // BACKWARD_PRE), priced like the other data-parallel collectives (group_path).
+  bool zero3_flat = true;
   bool allow_tp_across_hosts = false;
 };
 
@@ -75,6 +82,11 @@ struct LinkPath {
   bool inter_host = false;
 };
 LinkPath group_path(const ClusterSpec& cluster, int64_t stride, int64_t size);
+// The same group when every member's ring traffic leaves through its own share of the host's NICs
+// (nics x per-NIC bandwidth / devices per host), whatever the number of members per host: a
+// collective that does not use the host's other NICs for its members' data (ZeRO-3's flat
+// per-module collectives, CostOptions::zero3_flat). Inside one host: group_path.
+LinkPath flat_group_path(const ClusterSpec& cluster, int64_t stride, int64_t size);
 
 double allreduce_time(double bytes, int64_t ranks, const LinkPath& path);
 double allgather_time(double bytes, int64_t ranks, const LinkPath& path);  // bytes: whole array
@@ -97,17 +109,18 @@ struct ShapeKey {
 
 // Costs of one block (or of the pre/post groups) for one micro-batch on one device.
 struct BlockCost {
-  double fwd_s = 0;            // compute only (GEMMs, memory-bound work, kernel launches)
-  double bwd_s = 0;            // compute, recomputation included
-  double mem_s = 0;            // the memory-bound share of fwd_s + bwd_s
-  double launch_s = 0;         // the kernel-launch share of fwd_s + bwd_s
-  double tp_comm_s = 0;        // exposed TP collectives, forward + backward (+ recompute)
-  double cp_comm_s = 0;        // exposed ring-attention exchange
-  double ep_comm_s = 0;        // expert all-to-alls
-  double act_bytes = 0;        // kept per in-flight micro-batch
-  double transient_bytes = 0;  // extra while its backward runs (recomputed activations)
-  double dense_params = 0;     // on this device, after TP sharding
-  double expert_params = 0;    // on this device, after EP and TP sharding
+  double fwd_s = 0;              // compute only (GEMMs, memory-bound work, kernel launches)
+  double bwd_s = 0;              // compute, recomputation included
+  double mem_s = 0;              // the memory-bound share of fwd_s + bwd_s
+  double launch_s = 0;           // the kernel-launch share of fwd_s + bwd_s
+  double tp_comm_s = 0;          // exposed TP collectives, forward + backward (+ recompute)
+  double cp_comm_s = 0;          // exposed ring-attention exchange
+  double ep_comm_s = 0;          // expert all-to-alls
+  double act_bytes = 0;          // kept per in-flight micro-batch
+  double transient_bytes = 0;    // extra while its backward runs (recomputed activations)
+  double dense_params = 0;       // on this device, after TP sharding
+  double expert_params = 0;      // on this device, after EP and TP sharding
+  double max_module_params = 0;  // the largest weight matrix (one module) on this device
   double total_s() const { return fwd_s + bwd_s + tp_comm_s + cp_comm_s + ep_comm_s; }
 };
 
@@ -117,7 +130,8 @@ struct ShapeCosts {
   BlockCost pre, post;            // embedding; final norm + LM head (+ tied copy with pp > 1)
   bool homogeneous = false;       // every block costs the same
   double max_transient = 0;
-  double max_block_params = 0;  // dense + expert, for ZeRO-3's gathered layer
+  double max_block_params = 0;   // dense + expert, for ZeRO-3's gathered block
+  double max_module_params = 0;  // the largest weight matrix, pre/post included (flat ZeRO-3)
   // Prefix sums over blocks (size blocks + 1) so any range costs O(1).
   std::vector<double> time, fwd, bwd, tp, cp, ep, act, dense, expert, mem, launch;
 };

@@ -22,7 +22,8 @@ namespace tessera::plan {
 struct PlanRequest {
   std::string model, cluster, devices, global_batch, seq_len, dtype = "bf16", fix, top = "5";
   std::string phases, attention = "flash";
-  std::string calibration;  // a calibration file (--calibration, or what --calibrate wrote)
+  std::string zero3 = "flat";  // flat (DeepSpeed) or hierarchical (CostOptions::zero3_flat)
+  std::string calibration;     // a calibration file (--calibration, or what --calibrate wrote)
 };
 
 struct PlanRun {
