@@ -148,6 +148,48 @@ TEST(IrActivations, SwiGluKeepsThreeIntermediateTensorsAndNoMasks) {
   EXPECT_DOUBLE_EQ(block, t * h * (4 + 2 + 6 + 2 + 2) + 2 * a * t * 4096 + 6 * t * f);
 }
 
+// Memory-bound bytes of the kernels Megatron-LM runs (runtime/ir/src/layer.cc, layer_traffic).
+TEST(IrTraffic, LossRotaryAndEmbeddingGradientCountTheirKernelsBytes) {
+  auto m = model_preset("llama2-7b");  // rotary (no learned positions), V = 32000, untied
+  ASSERT_TRUE(m.ok());
+  const double t = 2 * 4096.0, h = 4096, V = 32000;
+  for (const Layer& l : m->layers) {
+    const TrafficBytes b = layer_traffic(l, 2, 4096);
+    switch (l.kind) {
+      case LayerKind::kLmHead:
+        // The unfused fp32 cross-entropy: 38 bytes per logit forward, 14 backward.
+        EXPECT_DOUBLE_EQ(b.sharded, 38 * t * V);
+        EXPECT_DOUBLE_EQ(b.backward_sharded, 14 * t * V);
+        break;
+      case LayerKind::kEmbedding:
+        // The gather forward; backward 1.5 x it plus the dense table gradient, 12 bytes each.
+        EXPECT_DOUBLE_EQ(b.replicated, 2 * t * h);
+        EXPECT_DOUBLE_EQ(b.backward_replicated, 1.5 * 2 * t * h);
+        EXPECT_DOUBLE_EQ(b.backward_sharded, 12 * V * h);
+        break;
+      case LayerKind::kAttention:
+        // Fused RoPE on Q and K (32 heads each of 128): 4 bytes per element each way; the
+        // scores' softmax (no dropout in LLaMA) apart.
+        EXPECT_TRUE(l.rotary);
+        EXPECT_DOUBLE_EQ(b.sharded, 4 * t * (32 + 32) * 128);
+        EXPECT_DOUBLE_EQ(b.backward_sharded, b.sharded);
+        EXPECT_DOUBLE_EQ(b.scores, 4 * 32 * 4096 * t);
+        EXPECT_DOUBLE_EQ(b.backward_scores, 1.5 * b.scores);
+        break;
+      default:
+        EXPECT_DOUBLE_EQ(b.backward_replicated, 1.5 * b.replicated);
+        EXPECT_DOUBLE_EQ(b.backward_sharded, 1.5 * b.sharded);
+    }
+  }
+  // GPT (learned positions) has no rotary traffic.
+  const Model g = gpt(2304, 2, 24);
+  for (const Layer& l : g.layers) {
+    if (l.kind == LayerKind::kAttention) {
+      EXPECT_EQ(layer_traffic(l, 1, 2048).sharded, 0);
+    }
+  }
+}
+
 TEST(IrModel, BlocksGroupEmbeddingFirstAndHeadLast) {
   auto m = model_preset("llama2-13b");
   ASSERT_TRUE(m.ok());

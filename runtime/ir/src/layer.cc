@@ -261,20 +261,40 @@ double residual_traffic(const Layer& l, double t, double h) {
 
 }  // namespace
 
+// Elements per token that rotary embeddings rotate: every query and key head's width, or under
+// MLA the queries' rope part and the one shared rope key.
+double rotary_width(const Layer& l) {
+  if (!l.rotary) return 0;
+  if (is_mla(l)) return static_cast<double>((l.heads + 1) * l.rope_head_dim);
+  return static_cast<double>((l.heads + l.kv_heads) * l.head_dim);
+}
+
 TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
   const double t = static_cast<double>(batch) * static_cast<double>(seq);
   const double h = static_cast<double>(l.hidden);
   const double act = gated(l) ? 6.0 : 4.0;  // activation function r/w per intermediate element
   TrafficBytes b;
+  double own_backward_sharded = -1;  // >= 0: the layer's backward bytes, not 1.5 x forward
+  double extra_backward_sharded = 0;
   switch (l.kind) {
     case LayerKind::kEmbedding:
       b.replicated = 2 * t * h + (l.positions ? 6 * t * h : 0);  // gather, position add
+      // The backward's dense gradient of the (vocab-parallel) table, every micro-batch: written
+      // zeroed in the 16-bit type, the rows scattered into it, then added into the fp32 main
+      // gradient (read 2 + 4, write 4): 12 bytes per table element. (The learned position
+      // table's, P x h, is left out: under 1 % of this for every preset.)
+      extra_backward_sharded = 12 * static_cast<double>(l.vocab) * h;
       break;
     case LayerKind::kAttention: {
       const double scores = static_cast<double>(l.heads) * keys_per_query(l, seq) * t;  // elements
-      b.sharded = 4 * scores + (l.dropout ? 5 * scores : 0);  // softmax r/w, dropout
+      b.scores = 4 * scores + (l.dropout ? 5 * scores : 0);  // softmax r/w, dropout
       b.replicated = residual_traffic(l, t, h);
       if (is_mla(l)) b.replicated += 4 * t * mla_widths(l).latent;  // the latents' norms
+      // Fused RoPE (one kernel each for Q and K) reads and writes each rotated element; its
+      // backward rotates the gradient the same way: 4 bytes per element each way. (Unfused, as
+      // x cos + rotate_half(x) sin, it takes about five such passes.)
+      b.sharded = 4 * t * rotary_width(l);
+      own_backward_sharded = b.sharded;
       break;
     }
     case LayerKind::kMlp:
@@ -288,10 +308,21 @@ TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
       if (l.shared_ffn > 0) b.replicated += 6 * t * h;  // adding the shared experts' output
       break;
     case LayerKind::kNorm: b.replicated = 4 * t * h; break;
-    case LayerKind::kLmHead:
-      b.sharded = 12 * t * static_cast<double>(l.vocab);  // softmax cross-entropy over fp32
+    case LayerKind::kLmHead: {
+      // Megatron-LM's vocab-parallel cross-entropy over fp32 logits, unfused, per logit: the
+      // fp32 copy (read 2, write 4), max (4), subtract in place (8), exp in place (8), sum (4),
+      // divide in place into the softmax kept for the backward (8): 38 bytes; backward: scale
+      // the softmax by the loss gradient in place (8), cast to 16 bits for the GEMMs (4 + 2).
+      const double logits = t * static_cast<double>(l.vocab);
+      b.sharded = 38 * logits;
+      own_backward_sharded = 14 * logits;
       break;
+    }
   }
+  b.backward_replicated = 1.5 * b.replicated;
+  b.backward_sharded =
+      (own_backward_sharded >= 0 ? own_backward_sharded : 1.5 * b.sharded) + extra_backward_sharded;
+  b.backward_scores = 1.5 * b.scores;
   return b;
 }
 

@@ -94,6 +94,7 @@ struct Parser {
       TSR_ASSIGN_OR_RETURN(l.head_dim,
                            integer(j, where, "head_dim", l.heads > 0 ? l.hidden / l.heads : -1));
       TSR_ASSIGN_OR_RETURN(l.window, integer(j, where, "window", 0));
+      l.rotary = flag(j, "rotary", false);
       l.qkv_bias = flag(j, "qkv_bias", false);
       TSR_ASSIGN_OR_RETURN(l.q_lora_rank, integer(j, where, "q_lora_rank", 0));
       TSR_ASSIGN_OR_RETURN(l.kv_lora_rank, integer(j, where, "kv_lora_rank", 0));

@@ -25,8 +25,6 @@ struct Context {
   LinkPath tp_path, cp_path, ep_path;
 };
 
-constexpr double kBackwardTraffic = 1.5;
-
 // Kernels one layer's forward launches (Megatron-LM's fused kernels): GEMMs, fused elementwise
 // ops, and one per TP collective. Backward launches about twice as many (data and weight
 // gradients per GEMM, the elementwise backward kernels).
@@ -35,12 +33,14 @@ double forward_kernels(const Context& x, const ir::Layer& l) {
     case ir::LayerKind::kEmbedding: return 2 + (l.positions ? 1 : 0) + (l.dropout ? 1 : 0);
     case ir::LayerKind::kAttention:
       // QKV, core, output projection, bias-dropout-add; the materialised core is
-      // QK^T, scale-mask-softmax, (dropout), softmax x V.
-      return 3 + (x.options.flash_attention ? 1 : 3 + (l.dropout ? 1 : 0));
+      // QK^T, scale-mask-softmax, (dropout), softmax x V; fused RoPE on Q and K.
+      return 3 + (x.options.flash_attention ? 1 : 3 + (l.dropout ? 1 : 0)) + (l.rotary ? 2 : 0);
     case ir::LayerKind::kMlp: return 4;
     case ir::LayerKind::kMoe: return 10;  // router, top-k, permute, 3 grouped GEMMs, ...
     case ir::LayerKind::kNorm: return 1;
-    case ir::LayerKind::kLmHead: return 4;  // GEMM, vocab-parallel cross-entropy
+    // GEMM; the unfused vocab-parallel cross-entropy: fp32 copy, max, subtract, the target's
+    // logit, exp, sum, log - target, divide.
+    case ir::LayerKind::kLmHead: return 9;
   }
   return 1;
 }
@@ -51,7 +51,7 @@ double kv_split(const ir::Layer& l, int tp) {
 
 // Forward compute of one layer, and the attention core's share (what selective recomputes).
 struct LayerTimes {
-  double gemm_s = 0, core_s = 0, traffic_s = 0, core_traffic_s = 0;
+  double gemm_s = 0, core_s = 0, traffic_s = 0, core_traffic_s = 0, bwd_traffic_s = 0;
   double max_weight = 0;  // parameters of the largest weight matrix after the split
   double fwd_s() const { return gemm_s + traffic_s; }
 };
@@ -128,14 +128,12 @@ LayerTimes layer_times(const Context& x, const ir::Layer& l) {
   }
   const ir::TrafficBytes tr = ir::layer_traffic(l, k.mbs, x.workload.seq_len);
   const double rep_div = k.sp ? t : 1.0;
-  out.traffic_s = (tr.replicated / rep_div + tr.sharded / t) / c / x.membw;
-  if (l.kind == ir::LayerKind::kAttention) {
-    if (x.options.flash_attention) {
-      out.traffic_s -= tr.sharded / t / c / x.membw;  // scores stay in on-chip memory
-    } else {
-      out.core_traffic_s = tr.sharded / t / c / x.membw;
-    }
-  }
+  const double scores = x.options.flash_attention ? 0 : 1;  // fused: the scores stay on chip
+  out.traffic_s = (tr.replicated / rep_div + tr.sharded / t + scores * tr.scores / t) / c / x.membw;
+  out.bwd_traffic_s = (tr.backward_replicated / rep_div + tr.backward_sharded / t +
+                       scores * tr.backward_scores / t) /
+                      c / x.membw;
+  out.core_traffic_s = scores * tr.scores / t / c / x.membw;
   return out;
 }
 
@@ -151,13 +149,13 @@ void add_layer(const Context& x, const ir::Layer& l, bool recompute, BlockCost& 
   // Kernel launches: forward, backward (2 x), the replayed forward; one per TP collective.
   const double kernels = forward_kernels(x, l);
   const double launch = x.launch * kernels;
-  // Backward: two GEMMs per forward GEMM (data and weight gradients); an elementwise op's
-  // backward reads its output gradient and its saved input and writes the input gradient, 1.5 x
-  // its forward traffic (softmax, norms, activations; dropout 1 x, a residual add almost 0).
+  // Backward: two GEMMs per forward GEMM (data and weight gradients) and the layer's backward
+  // traffic (ir::TrafficBytes: 1.5 x the forward's for elementwise ops, the loss and the
+  // embedding's gradient as their kernels move it).
   b.fwd_s += lt.fwd_s() + launch;
   b.max_module_params = std::max(b.max_module_params, lt.max_weight);
-  b.bwd_s += 2 * lt.gemm_s + kBackwardTraffic * lt.traffic_s + 2 * launch;
-  b.mem_s += (1 + kBackwardTraffic) * lt.traffic_s;
+  b.bwd_s += 2 * lt.gemm_s + lt.bwd_traffic_s + 2 * launch;
+  b.mem_s += lt.traffic_s + lt.bwd_traffic_s;
   b.launch_s += 3 * launch;
   if (x.options.flash_attention) b.bwd_s += 0.5 * lt.core_s;  // QK^T recomputed in backward
   if (rc == Recompute::kFull) {

@@ -43,6 +43,7 @@ struct Layer {
 
   // Attention variants; 0/false keeps plain multi-head attention over the whole sequence.
   int64_t window = 0;     // sliding window (Mistral): keys per query, min(seq, window) priced
+  bool rotary = false;    // rotary position embedding applied to Q and K (RoPE; MLA: the rope part)
   bool qkv_bias = false;  // biases on Q, K and V only (Qwen2); `bias` puts them on every linear
   // Multi-head latent attention (DeepSeek-V2/V3), on when kv_lora_rank > 0: queries go through an
   // optional q_lora_rank latent, keys and values through one kv_lora_rank latent shared by all
@@ -108,11 +109,20 @@ struct ActivationBytes {
   double total() const { return replicated + sharded + scores; }
 };
 
-// Memory-bound traffic (bytes read + written) of the forward pass outside GEMMs: norms, softmax,
-// activation functions, dropout, residual adds, the loss. Split like activations.
+// Memory-bound traffic (bytes read + written) outside GEMMs — norms, softmax, activation
+// functions, dropout, residual adds, rotary embeddings, the loss, the embedding's gradient — of
+// the forward and of the backward pass, split like activations: `replicated` is divided by t only
+// with sequence parallelism, `sharded` always by t, `scores` (the attention core's softmax and
+// dropout over the s x s scores) by t, absent under fused attention and replayed by selective
+// recomputation. An elementwise op's backward reads the output gradient and the saved input and
+// writes the input gradient: 1.5 x its forward bytes unless the layer says otherwise.
 struct TrafficBytes {
   double replicated = 0;
   double sharded = 0;
+  double scores = 0;
+  double backward_replicated = 0;
+  double backward_sharded = 0;
+  double backward_scores = 0;
 };
 
 ParamSplit layer_params(const Layer& layer);
