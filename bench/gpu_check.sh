@@ -25,7 +25,10 @@
 #      `tessera launch`, on 2 ranks sharing it (dp 2, staged route), with --json-summary: the loss
 #      must fall; tokens/s printed (gpt_train_*.log, gpt_train.md);
 #   5. when the tools are built: `tessera bench coll` allreduce 64 MiB, 2 ranks, device memory,
-#      staged and (one GPU per rank) native, next to host memory.
+#      staged and (one GPU per rank) native, next to host memory;
+#   6. when the tools are built: the planner's calibration, `tessera plan --calibrate --device
+#      cuda:0` (bf16 GEMMs 128^3 .. 8192^3, a device copy, the fitted peak and knee), and a plan
+#      priced with it (calibration.json, calibration.txt).
 # Results (cts.log, bench.md, bench.json, coll_*.log, gpt_*.log, gpt_train.md, build.log) go to
 # $OUT when set, else <build>/gpu_check. They are more than 8 files: where only 8 come back from
 # $OUT, run `OUT= BUILD_DIR=/tmp/gc bench/gpu_check.sh; tar czf "$OUT/gpu_check.tgz" -C /tmp/gc
@@ -295,6 +298,26 @@ if [[ $HAVE_TOOLS == 1 ]]; then
   fi
 else
   say "tessera bench coll not run: the tessera command is not built (see $RESULTS/build.log)"
+fi
+
+# ---- 6. the planner's calibration on this GPU --------------------------------------------------
+# bf16 GEMMs (fp32 accumulation) from 128^3 to 8192^3 and a device copy through the HAL, fitted
+# to the cost model's curve (peak, knee): what docs/PLANNER.md compares with the H100 preset's
+# figures (0.8 x 989 TFLOP/s, knee 247 by the FLOP/byte argument). Then a plan priced with it.
+if [[ $HAVE_TOOLS == 1 ]]; then
+  say "tessera plan --calibrate --device cuda:0 (bf16)"
+  if timeout 120 "$BUILD_DIR/bin/tessera" plan --calibrate --device cuda:0 --dtype bf16 \
+      --calibration-out "$RESULTS/calibration.json" >"$RESULTS/calibration.txt" 2>&1; then
+    cat "$RESULTS/calibration.txt"
+    timeout 60 "$BUILD_DIR/bin/tessera" plan --calibration "$RESULTS/calibration.json" \
+      --model llama2-7b --global-batch 64 --seq-len 4096 --top 3 --explain \
+      >>"$RESULTS/calibration.txt" 2>&1 || status=1
+  else
+    status=1
+    say "tessera plan --calibrate FAILED: $(tail -2 "$RESULTS/calibration.txt")"
+  fi
+else
+  say "calibration not run: the tessera command is not built (see $RESULTS/build.log)"
 fi
 
 {

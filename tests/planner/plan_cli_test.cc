@@ -184,7 +184,11 @@ TEST(PlanCli, CalibratesTheHostBackendAndPlansForIt) {
   ASSERT_EQ(cal.code, 0) << cal.err;
   const auto c = nlohmann::json::parse(cal.out);
   EXPECT_EQ(c["backend"], "host");
+  // The training dtype's GEMMs (--dtype, bf16 by default), sizes doubling from 128.
+  EXPECT_EQ(c["dtype"], "bf16");
   ASSERT_GE(c["gemm"].size(), 2u);
+  EXPECT_EQ(c["gemm"][0]["n"], 128);
+  EXPECT_EQ(c["gemm"][1]["n"], 256);
   for (const auto& point : c["gemm"]) EXPECT_GT(point["tflops"].get<double>(), 0);
   EXPECT_GT(c["d2d_copy_gbps"].get<double>(), 0);
   EXPECT_GT(c["fit"]["peak_tflops"].get<double>(), 0);
@@ -203,6 +207,18 @@ TEST(PlanCli, CalibratesTheHostBackendAndPlansForIt) {
   EXPECT_GT(j["plans"][0]["step_time_s"].get<double>(), 0);
   std::remove(file.c_str());
   std::remove(model.c_str());
+}
+
+TEST(PlanCli, CalibrationMeasuresTheDtypeAskedForAndRefusesOthers) {
+  const std::string file = ::testing::TempDir() + "/tessera_calibration_fp16.json";
+  const CliRun fp16 = run("--calibrate --dtype fp16 --calibration-out " + file + " --json");
+  ASSERT_EQ(fp16.code, 0) << fp16.err;
+  EXPECT_EQ(nlohmann::json::parse(fp16.out)["dtype"], "fp16");
+  const CliRun bad = run("--calibrate --dtype int8 --calibration-out " + file);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("dtype must be bf16, fp16 or f32, got 'int8'"), std::string::npos)
+      << bad.err;
+  std::remove(file.c_str());
 }
 
 TEST(PlanCli, ABadCalibrationFileIsOneLineAndExitTwo) {

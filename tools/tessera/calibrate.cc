@@ -51,25 +51,33 @@ std::string utc_now() {
 
 }  // namespace
 
-Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n) {
-  const size_t bytes = static_cast<size_t>(n * n) * sizeof(float);
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer a, device.allocate(bytes));
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer b, device.allocate(bytes));
-  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer c, device.allocate(bytes));
-  // Values only need to be finite: 1/64 keeps every product and sum exact and small.
-  std::vector<float> ones(static_cast<size_t>(n * n), 1.0f / 64);
-  TSR_RETURN_IF_ERROR(stream.copy(a.data(), ones.data(), bytes));
-  TSR_RETURN_IF_ERROR(stream.copy(b.data(), ones.data(), bytes));
+Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n,
+                           int32_t dtype_ab) {
+  const size_t elements = static_cast<size_t>(n * n);
+  const size_t in_size = dtype_ab == TSR_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer a, device.allocate(elements * in_size));
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer b, device.allocate(elements * in_size));
+  TSR_ASSIGN_OR_RETURN(hal::DeviceBuffer c, device.allocate(elements * sizeof(float)));
+  // Values only need to be finite: 1/64 keeps every product and sum exact and small (f32 bits
+  // 0x3C800000; bf16 is its top half, fp16 2^-6 is 0x2400).
+  std::vector<float> f32(dtype_ab == TSR_DTYPE_F32 ? elements : 0, 1.0f / 64);
+  std::vector<uint16_t> half(dtype_ab == TSR_DTYPE_F32 ? 0 : elements,
+                             dtype_ab == TSR_DTYPE_BF16 ? uint16_t{0x3C80} : uint16_t{0x2400});
+  const void* ones = dtype_ab == TSR_DTYPE_F32 ? static_cast<const void*>(f32.data())
+                                               : static_cast<const void*>(half.data());
+  TSR_RETURN_IF_ERROR(stream.copy(a.data(), ones, elements * in_size));
+  TSR_RETURN_IF_ERROR(stream.copy(b.data(), ones, elements * in_size));
   TSR_RETURN_IF_ERROR(stream.synchronize());
-  const tsr_gemm_desc desc =
-      hal::f32_gemm_desc(false, false, n, n, n, static_cast<const float*>(a.data()), n,
-                         static_cast<const float*>(b.data()), n, static_cast<float*>(c.data()), n);
-  const int runs = n >= 2048 ? 2 : (n >= 1024 ? 3 : 5);
+  // 16-bit inputs accumulate into an fp32 C, as training's GEMMs do (the planner prices those).
+  const tsr_gemm_desc desc = hal::gemm_desc(false, false, n, n, n, a.data(), n, b.data(), n,
+                                            c.data(), n, 0.0, dtype_ab, TSR_DTYPE_F32);
+  const int runs = n >= 2048 ? 3 : 5;
   TSR_ASSIGN_OR_RETURN(double s, median_seconds(stream, runs, [&] { return stream.gemm(desc); }));
   return 2.0 * static_cast<double>(n) * n * n / s / 1e12;
 }
 
-Result<plan::Calibration> measure_calibration(const std::string& device_id) {
+Result<plan::Calibration> measure_calibration(const std::string& device_id,
+                                              const std::string& dtype) {
   TSR_ASSIGN_OR_RETURN(auto platform, hal::Platform::create());
   if (platform->devices().empty()) {
     return not_found("calibration: no devices (run `tessera devices` to see why)");
@@ -87,11 +95,24 @@ Result<plan::Calibration> measure_calibration(const std::string& device_id) {
   c.device = device.properties().name;
   c.devices = static_cast<int>(platform->devices(c.backend).size());
   c.memory_gib = static_cast<double>(device.properties().total_memory) / (1ull << 30);
-  c.dtype = "f32";
+  int32_t dtype_ab = TSR_DTYPE_F32;
+  if (dtype == "bf16") {
+    dtype_ab = TSR_DTYPE_BF16;
+  } else if (dtype == "fp16") {
+    dtype_ab = TSR_DTYPE_F16;
+  } else if (dtype != "f32") {
+    return invalid_argument("calibration: dtype must be bf16, fp16 or f32, got '" + dtype + "'");
+  }
+  c.dtype = dtype;
   c.measured_at = utc_now();
-  for (int64_t n : {128, 256, 512, 1024, 2048}) {
-    TSR_ASSIGN_OR_RETURN(double tflops, gemm_tflops(device, stream, n));
+  // Doubling sizes until one GEMM takes kLongGemm: a CPU stops near 2048, a GPU reaches kMaxN,
+  // past the knee of its tensor cores (an H100's is ~250 by the balance argument, docs/PLANNER.md).
+  constexpr double kLongGemm = 0.05;
+  constexpr int64_t kMaxN = 8192;
+  for (int64_t n = 128; n <= kMaxN; n *= 2) {
+    TSR_ASSIGN_OR_RETURN(double tflops, gemm_tflops(device, stream, n, dtype_ab));
     c.gemm.push_back({n, tflops});
+    if (2.0 * static_cast<double>(n) * n * n / (tflops * 1e12) > kLongGemm) break;
   }
   TSR_ASSIGN_OR_RETURN(c.d2d_copy_gbps, copy_gbps(device, stream));
   TSR_RETURN_IF_ERROR(plan::fit_gemm_curve(&c));

@@ -11,11 +11,16 @@
 namespace tessera::tools {
 
 // `device_id`: "host:0", "cuda:1", or empty for the first device of the first enabled backend.
-// Each figure is the median of several timed runs after one warm-up run.
-Result<plan::Calibration> measure_calibration(const std::string& device_id);
+// `dtype`: the GEMMs' inputs, "bf16" or "fp16" (16-bit inputs into an fp32 C: the GEMMs the
+// planner prices for that training dtype) or "f32". Square GEMMs at n = 128, 256, ... until one
+// takes over 50 ms or n = 8192. Each figure is the median of several timed runs after a warm-up.
+Result<plan::Calibration> measure_calibration(const std::string& device_id,
+                                              const std::string& dtype = "bf16");
 
-// TFLOP/s of an n x n x n fp32 GEMM in device memory on `stream`: the median of a few timed runs
-// after a warm-up (what measure_calibration does per size; `tessera demo` uses one size).
-Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n);
+// TFLOP/s of an n x n x n GEMM in device memory on `stream`, inputs of `dtype_ab` (a tsr_dtype:
+// F32, BF16 or F16) into an f32 C: the median of a few timed runs after a warm-up (what
+// measure_calibration does per size; `tessera demo` uses one f32 size).
+Result<double> gemm_tflops(const hal::Device& device, const hal::Stream& stream, int64_t n,
+                           int32_t dtype_ab = TSR_DTYPE_F32);
 
 }  // namespace tessera::tools
