@@ -29,7 +29,8 @@
 #   6. when the tools are built: the planner's calibration, `tessera plan --calibrate --device
 #      cuda:0` (bf16 GEMMs 128^3 .. 8192^3, a device copy, the fitted peak and knee), and a plan
 #      priced with it (calibration.json, calibration.txt).
-# Results (cts.log, bench.md, bench.json, coll_*.log, gpt_*.log, gpt_train.md, build.log) go to
+# Results (cts.log, bench.md, bench.json, coll_*.log, gpt_*.log, gpt_train.md, calibration.json,
+# calibration.txt, build.log) go to
 # $OUT when set, else <build>/gpu_check. They are more than 8 files: where only 8 come back from
 # $OUT, run `OUT= BUILD_DIR=/tmp/gc bench/gpu_check.sh; tar czf "$OUT/gpu_check.tgz" -C /tmp/gc
 # gpu_check`.
@@ -303,14 +304,16 @@ fi
 # ---- 6. the planner's calibration on this GPU --------------------------------------------------
 # bf16 GEMMs (fp32 accumulation) from 128^3 to 8192^3 and a device copy through the HAL, fitted
 # to the cost model's curve (peak, knee): what docs/PLANNER.md compares with the H100 preset's
-# figures (0.8 x 989 TFLOP/s, knee 247 by the FLOP/byte argument). Then a plan priced with it.
+# figures (0.8 x 989 TFLOP/s, knee 247 by the FLOP/byte argument). Then a plan priced with it:
+# a DGX H100's 8 GPUs with this GPU's measured figures (one GPU alone holds no 7B Adam state).
 if [[ $HAVE_TOOLS == 1 ]]; then
   say "tessera plan --calibrate --device cuda:0 (bf16)"
   if timeout 120 "$BUILD_DIR/bin/tessera" plan --calibrate --device cuda:0 --dtype bf16 \
       --calibration-out "$RESULTS/calibration.json" >"$RESULTS/calibration.txt" 2>&1; then
     cat "$RESULTS/calibration.txt"
     timeout 60 "$BUILD_DIR/bin/tessera" plan --calibration "$RESULTS/calibration.json" \
-      --model llama2-7b --global-batch 64 --seq-len 4096 --top 3 --explain \
+      --cluster dgx-h100 --devices 8 --model llama2-7b --global-batch 64 --seq-len 4096 \
+      --top 3 --explain \
       >>"$RESULTS/calibration.txt" 2>&1 || status=1
   else
     status=1

@@ -218,6 +218,24 @@ TEST(Zero3, FlatGathersHoldOneModuleHierarchicalTwoBlocks) {
   EXPECT_NEAR(transient(false) - transient(true), 4 * (12 * h * h - 51200 * h), 0.01 * 4 * h * h);
 }
 
+// The norm reads the gradients the device updates; the zeroing writes the whole local buffer,
+// which Megatron-LM's distributed optimizer (ZeRO-1) keeps unsharded and ZeRO-2 shards.
+TEST(GradientClipping, ZeroingWritesTheUnshardedBufferUnderZeroOne) {
+  const ir::Model m = gpt(4096, 16, 32);
+  const ClusterSpec c = cluster("dgx-a100-80gb", 64);
+  auto at = [&](int zero) {
+    auto e = evaluate(m, c, {128, 2048, Dtype::kBf16},
+                      make_plan(4, 1, 16, 1, 128, zero, Recompute::kNone), CostOptions{});
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return *e;
+  };
+  const Estimate one = at(1), two = at(2);
+  const double dense = one.memory.weights / 2;  // 16-bit weights, unsharded under ZeRO-1/2
+  const double membw = c.device.memory_bandwidth_gbps * 1e9 * CostOptions{}.memory_efficiency;
+  // fp32 gradients (bf16 training): 4 bytes per value.
+  EXPECT_NEAR(one.time.grad_clip_s - two.time.grad_clip_s, 4 * (dense - dense / 16) / membw, 1e-9);
+}
+
 TEST(Pipeline, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
   const ir::Model m = gpt(4096, 16, 32);
   const Workload w{64, 2048, Dtype::kBf16};

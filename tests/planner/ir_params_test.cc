@@ -165,7 +165,7 @@ TEST(IrTraffic, LossRotaryAndEmbeddingGradientCountTheirKernelsBytes) {
         // The gather forward; backward 1.5 x it plus the dense table gradient, 12 bytes each.
         EXPECT_DOUBLE_EQ(b.replicated, 2 * t * h);
         EXPECT_DOUBLE_EQ(b.backward_replicated, 1.5 * 2 * t * h);
-        EXPECT_DOUBLE_EQ(b.backward_sharded, 12 * V * h);
+        EXPECT_DOUBLE_EQ(b.backward_table, 12 * V * h);
         break;
       case LayerKind::kAttention:
         // Fused RoPE on Q and K (32 heads each of 128): 4 bytes per element each way; the

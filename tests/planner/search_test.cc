@@ -132,9 +132,19 @@ void expect_exact(bool varied, double memory_gib, bool flash, bool moe = false,
   EXPECT_EQ(r->candidates, b.candidates);
   EXPECT_EQ(r->feasible, b.feasible);
   ASSERT_FALSE(r->plans.empty());
-  EXPECT_NEAR(r->plans.front().step_time_s / b.best, 1.0, 1e-12)
-      << "search: " << plan_summary(r->plans.front().plan)
-      << "\nbrute:  " << plan_summary(b.best_plan);
+  auto stages = [](const Plan& p) {
+    std::string out;
+    for (int n : p.stage_blocks) out += " " + std::to_string(n);
+    return out;
+  };
+  // The partition minimises the pipeline's time exactly; the terms taken as a maximum over the
+  // stages after it (exposed DP reduction, optimizer, clipping) are priced on that partition, not
+  // minimised with it, so another partition of the same plan can be a hair faster (docs/PLANNER.md
+  // "The search": 2e-5 in the fused-attention case).
+  EXPECT_NEAR(r->plans.front().step_time_s / b.best, 1.0, 1e-4)
+      << "search: " << plan_summary(r->plans.front().plan) << ", blocks"
+      << stages(r->plans.front().plan) << "\nbrute:  " << plan_summary(b.best_plan) << ", blocks"
+      << stages(b.best_plan);
 }
 
 TEST(SearchExactness, UniformBlocksMatchBruteForce) {

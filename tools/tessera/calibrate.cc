@@ -110,7 +110,13 @@ Result<plan::Calibration> measure_calibration(const std::string& device_id,
   constexpr double kLongGemm = 0.05;
   constexpr int64_t kMaxN = 8192;
   for (int64_t n = 128; n <= kMaxN; n *= 2) {
-    TSR_ASSIGN_OR_RETURN(double tflops, gemm_tflops(device, stream, n, dtype_ab));
+    auto tflops_or = gemm_tflops(device, stream, n, dtype_ab);
+    if (!tflops_or.ok()) {
+      return tflops_or.status().with_context(
+          "calibration: " + dtype + " GEMM " + std::to_string(n) + "^3 on " + device.id() +
+          (dtype == "f32" ? "" : " (a device without 16-bit GEMMs: --dtype f32)"));
+    }
+    const double tflops = *tflops_or;
     c.gemm.push_back({n, tflops});
     if (2.0 * static_cast<double>(n) * n * n / (tflops * 1e12) > kLongGemm) break;
   }

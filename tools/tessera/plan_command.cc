@@ -168,7 +168,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--devices", o->devices, "Devices to plan for (resizes the cluster)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per step");
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence");
-  cmd->add_option("--dtype", o->dtype, "bf16 (default) or fp16");
+  cmd->add_option("--dtype", o->dtype,
+                  "bf16 (default) or fp16; --calibrate alone also takes f32 (its GEMMs then "
+                  "price a 16-bit plan, with a note saying so)");
   cmd->add_option("--fix", o->fix,
                   "Fixed values: tp pp dp vp mbs zero(0-3) recompute(none|selective|full) "
                   "sp(0|1) cp ep, e.g. tp=8,zero=1");

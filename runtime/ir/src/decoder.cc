@@ -92,7 +92,8 @@ Result<Model> build_decoder(const DecoderConfig& c) {
   attn.kv_heads = kv;
   attn.head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
   attn.window = c.sliding_window;
-  attn.rotary = c.learned_positions == 0;  // every family but GPT-2/GPT-3 (learned positions)
+  // RoPE wherever positions are neither learned (GPT-2/GPT-3) nor ALiBi biases.
+  attn.rotary = c.learned_positions == 0 && !c.alibi;
   attn.qkv_bias = c.qkv_bias;
   attn.q_lora_rank = c.q_lora_rank;
   attn.kv_lora_rank = c.kv_lora_rank;

@@ -253,8 +253,8 @@ Result<DecoderConfig> read_falcon(const Fields& f) {
   if (new_arch || parallel) {
     c.notes.push_back("parallel attention and MLP priced as sequential (same work)");
   }
-  TSR_ASSIGN_OR_RETURN(const bool alibi, f.flag("alibi", false));
-  if (alibi) c.notes.push_back("alibi: a bias on the scores, priced with the softmax");
+  TSR_ASSIGN_OR_RETURN(c.alibi, f.flag("alibi", false));
+  if (c.alibi) c.notes.push_back("alibi: a bias on the scores, priced with the softmax");
   note_rope_scaling(f, c);
   return c;
 }

@@ -259,8 +259,6 @@ double residual_traffic(const Layer& l, double t, double h) {
   return (l.dropout ? 7.0 : 6.0) * t * h;
 }
 
-}  // namespace
-
 // Elements per token that rotary embeddings rotate: every query and key head's width, or under
 // MLA the queries' rope part and the one shared rope key.
 double rotary_width(const Layer& l) {
@@ -269,13 +267,14 @@ double rotary_width(const Layer& l) {
   return static_cast<double>((l.heads + l.kv_heads) * l.head_dim);
 }
 
+}  // namespace
+
 TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
   const double t = static_cast<double>(batch) * static_cast<double>(seq);
   const double h = static_cast<double>(l.hidden);
   const double act = gated(l) ? 6.0 : 4.0;  // activation function r/w per intermediate element
   TrafficBytes b;
   double own_backward_sharded = -1;  // >= 0: the layer's backward bytes, not 1.5 x forward
-  double extra_backward_sharded = 0;
   switch (l.kind) {
     case LayerKind::kEmbedding:
       b.replicated = 2 * t * h + (l.positions ? 6 * t * h : 0);  // gather, position add
@@ -283,7 +282,7 @@ TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
       // zeroed in the 16-bit type, the rows scattered into it, then added into the fp32 main
       // gradient (read 2 + 4, write 4): 12 bytes per table element. (The learned position
       // table's, P x h, is left out: under 1 % of this for every preset.)
-      extra_backward_sharded = 12 * static_cast<double>(l.vocab) * h;
+      b.backward_table = 12 * static_cast<double>(l.vocab) * h;
       break;
     case LayerKind::kAttention: {
       const double scores = static_cast<double>(l.heads) * keys_per_query(l, seq) * t;  // elements
@@ -320,8 +319,7 @@ TrafficBytes layer_traffic(const Layer& l, int64_t batch, int64_t seq) {
     }
   }
   b.backward_replicated = 1.5 * b.replicated;
-  b.backward_sharded =
-      (own_backward_sharded >= 0 ? own_backward_sharded : 1.5 * b.sharded) + extra_backward_sharded;
+  b.backward_sharded = own_backward_sharded >= 0 ? own_backward_sharded : 1.5 * b.sharded;
   b.backward_scores = 1.5 * b.scores;
   return b;
 }

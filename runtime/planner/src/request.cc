@@ -71,6 +71,11 @@ Result<PlanRun> run_plan_request(const PlanRequest& r) {
   run.options.zero3_flat = r.zero3 == "flat";
   if (calibration) apply_calibration(*calibration, &run.cluster, &run.options);
   run.dtype = r.dtype == "fp16" ? Dtype::kFp16 : Dtype::kBf16;
+  if (calibration && calibration->dtype != (run.dtype == Dtype::kFp16 ? "fp16" : "bf16")) {
+    // Priced anyway (the file's rate is the best figure there is), but never silently.
+    run.model.notes.push_back("the calibration measured " + calibration->dtype +
+                              " GEMMs; this plan's " + r.dtype + " GEMMs are priced at that rate");
+  }
   if (!r.phases.empty()) {
     TSR_ASSIGN_OR_RETURN(run.phases, replan_phases_file(run.model, run.cluster, run.dtype, r.phases,
                                                         constraints, run.options));

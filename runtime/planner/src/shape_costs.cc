@@ -110,7 +110,8 @@ LayerTimes layer_times(const Context& x, const ir::Layer& l) {
         g.k /= t;
         break;
     }
-    if (!g.attention_core) out.max_weight = std::max(out.max_weight, g.n * g.k * g.batch);
+    // One module's weights: a batch of experts is that many modules (DeepSpeed's expert list).
+    if (!g.attention_core) out.max_weight = std::max(out.max_weight, g.n * g.k);
     double s = 0;
     if (g.attention_core && x.options.flash_attention) {
       // One fused kernel: the scores stay on chip, so the head dimension (k of QK^T, n of PV) adds
@@ -130,9 +131,11 @@ LayerTimes layer_times(const Context& x, const ir::Layer& l) {
   const double rep_div = k.sp ? t : 1.0;
   const double scores = x.options.flash_attention ? 0 : 1;  // fused: the scores stay on chip
   out.traffic_s = (tr.replicated / rep_div + tr.sharded / t + scores * tr.scores / t) / c / x.membw;
-  out.bwd_traffic_s = (tr.backward_replicated / rep_div + tr.backward_sharded / t +
-                       scores * tr.backward_scores / t) /
-                      c / x.membw;
+  out.bwd_traffic_s = ((tr.backward_replicated / rep_div + tr.backward_sharded / t +
+                        scores * tr.backward_scores / t) /
+                           c +
+                       tr.backward_table / t) /
+                      x.membw;
   out.core_traffic_s = scores * tr.scores / t / c / x.membw;
   return out;
 }

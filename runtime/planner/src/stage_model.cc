@@ -217,7 +217,10 @@ Estimate StageModel::estimate(const std::vector<int>& counts) const {
     const double held =
         (plan_.zero >= 1 ? dense / dense_group_ + expert / expert_group_ : dense + expert);
     optimizer = std::max(optimizer, held * options_.optimizer_bytes_per_param / membw_);
-    clip = std::max(clip, held * options_.grad_clip_bytes_per_param / membw_);
+    const double buffer = plan_.zero >= 2 ? held : dense + expert;  // the local gradient buffer
+    clip = std::max(
+        clip, grad_bytes_ *
+                  (held * options_.grad_norm_passes + buffer * options_.grad_zero_passes) / membw_);
   }
 
   const double pipeline = m * max_t + (sum_t - max_t) / plan_.vp;

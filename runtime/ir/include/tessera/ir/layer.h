@@ -123,6 +123,9 @@ struct TrafficBytes {
   double backward_replicated = 0;
   double backward_sharded = 0;
   double backward_scores = 0;
+  // Per micro-batch whatever its tokens (not divided by cp): the vocab-parallel embedding
+  // table's dense gradient, divided by t only.
+  double backward_table = 0;
 };
 
 ParamSplit layer_params(const Layer& layer);

@@ -25,6 +25,7 @@ struct DecoderConfig {
   int64_t ffn = 0;       // 0: 4 * hidden
   int64_t vocab = 0;
   int64_t learned_positions = 0;  // rows of a learned position table (GPT); 0 for rotary
+  bool alibi = false;  // no learned table and no RoPE: ALiBi's bias on the scores (Falcon option)
   int64_t max_seq_len = 0;
   MlpActivation activation = MlpActivation::kGelu;
   NormType norm = NormType::kLayerNorm;

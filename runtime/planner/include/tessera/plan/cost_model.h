@@ -31,8 +31,11 @@ struct CostOptions {
   double tp_overlap = 0.0;         // share of TP collectives hidden (0: Megatron-LM default)
   double cp_overlap = 1.0;         // ring attention overlaps KV exchange with attention compute
   double optimizer_bytes_per_param = 28;  // Adam traffic: read p,m,v (fp32), g; write p,m,v, p16
-  // Gradient norm (read the fp32 main gradient) and zeroing the gradient buffer (write it).
-  double grad_clip_bytes_per_param = 8;
+  // Gradient clipping's norm reads the gradients the device's optimizer updates, and the next
+  // step's zeroing writes the whole local gradient buffer (sharded only from ZeRO-2: Megatron-LM's
+  // distributed optimizer keeps every gradient and reduce-scatters it), each value in the type it
+  // is reduced in (grad_reduce_bytes). Passes over that buffer:
+  double grad_norm_passes = 1, grad_zero_passes = 1;
   // Bytes per gradient value in the data-parallel reduction. 0: 4 for bf16 (Megatron-LM forces
   // fp32 gradient accumulation and reduction for bf16 models), 2 for fp16.
   double grad_reduce_bytes = 0;
