@@ -3,6 +3,9 @@
 // checkpoint's config, and the shapes each family adds to the IR (sliding window, QKV biases,
 // latent attention, shared experts, gated GeLU, Falcon's single-norm block).
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -232,6 +235,28 @@ TEST(IrFamilies, FalconBlocksShareOneNormUnlessNewArchitecture) {
   EXPECT_EQ(forty.layers.size(), 1u + 4 * 60 + 2);  // ln_attn and ln_mlp
   EXPECT_EQ(forty.kv_heads, 8);
   EXPECT_FALSE(forty.notes.empty());  // parallel attention priced as sequential
+}
+
+// RoPE (its traffic) wherever positions are neither learned nor ALiBi biases.
+TEST(IrFamilies, RotaryEmbeddingsExceptLearnedPositionsAndAlibi) {
+  EXPECT_TRUE(first_layer(checkpoint("falcon-7b"), LayerKind::kAttention).rotary);
+  EXPECT_TRUE(first_layer(checkpoint("Meta-Llama-3-8B"), LayerKind::kAttention).rotary);
+  EXPECT_FALSE(first_layer(*model_preset("gpt2"), LayerKind::kAttention).rotary);
+  // The same Falcon with "alibi": true.
+  std::ifstream in(std::string(TESSERA_IR_FIXTURES) + "/hf/falcon-7b.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  const std::string learned = "\"alibi\": false";
+  const size_t at = config.find(learned);
+  ASSERT_NE(at, std::string::npos);
+  config.replace(at, learned.size(), "\"alibi\": true");
+  const std::string path = ::testing::TempDir() + "/tessera_falcon_alibi.json";
+  std::ofstream(path) << config;
+  auto alibi = load_model(path);
+  ASSERT_TRUE(alibi.ok()) << alibi.status().to_string();
+  EXPECT_FALSE(first_layer(*alibi, LayerKind::kAttention).rotary);
+  std::remove(path.c_str());
 }
 
 TEST(IrFamilies, RopeScalingIsANoteNotACostChange) {
