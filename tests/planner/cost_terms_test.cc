@@ -200,6 +200,11 @@ TEST(Zero3, BackwardGathersWaitUnderFullRecomputationOnly) {
   const double two_gathers = 96 * 2 * allgather_time(2 * 12.0 * 12288 * 12288, 384, one_nic);
   EXPECT_GT(dp_comm(Recompute::kFull, true), two_gathers);
   EXPECT_LT(dp_comm(Recompute::kSelective, true), 0.5 * two_gathers);
+  // Hierarchical ZeRO-3 prefetches in the backward under full recomputation too: less is exposed
+  // than its own two gathers per block would take.
+  const LinkPath host = group_path(cluster("dgx-a100-80gb", 384), 1, 384);
+  EXPECT_LT(dp_comm(Recompute::kFull, false),
+            96 * 2 * allgather_time(2 * 12.0 * 12288 * 12288, 384, host));
 }
 
 TEST(Zero3, FlatGathersHoldOneModuleHierarchicalTwoBlocks) {
