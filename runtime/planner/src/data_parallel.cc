@@ -71,26 +71,20 @@ double zero3_exposed_per_microbatch(const ShapeCosts& costs, int first, int end,
     span += std::max(mods[j].fwd, next);
     busy += mods[j].fwd;
   }
-  if (backward_gathers_wait) {
-    // Backward, last module first: each module waits for its own gathers, then computes while
-    // the previous module's gradients leave.
-    for (size_t r = 0; r < n; ++r) {
-      const size_t j = n - 1 - r;
-      const double prev = r > 0 ? mods[j + 1].reduce : 0;
-      span += regather * mods[j].gather + std::max(mods[j].bwd, prev);
-      busy += mods[j].bwd;
-    }
-    span += mods[0].reduce;  // the last reduce-scatter waits
-    return std::max(0.0, span - busy);
-  }
-  // Backward, last module first: its gather waits; then each module's backward runs while the
-  // next one's weights arrive and the previous one's gradients leave (one link, both in turn).
-  span += regather * mods[n - 1].gather;
+  // Backward, last module first. With prefetch the last module's gather waits, then each
+  // module's backward runs while the next one's weights arrive and the previous one's gradients
+  // leave (one link, both in turn); without, each module waits for its own gathers and computes
+  // while the previous one's gradients leave.
+  if (!backward_gathers_wait) span += regather * mods[n - 1].gather;
   for (size_t r = 0; r < n; ++r) {
     const size_t j = n - 1 - r;
-    const double next = j > 0 ? regather * mods[j - 1].gather : 0;
     const double prev = r > 0 ? mods[j + 1].reduce : 0;
-    span += std::max(mods[j].bwd, next + prev);
+    if (backward_gathers_wait) {
+      span += regather * mods[j].gather + std::max(mods[j].bwd, prev);
+    } else {
+      const double next = j > 0 ? regather * mods[j - 1].gather : 0;
+      span += std::max(mods[j].bwd, next + prev);
+    }
     busy += mods[j].bwd;
   }
   span += mods[0].reduce;  // the last reduce-scatter waits

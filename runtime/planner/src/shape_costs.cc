@@ -130,10 +130,12 @@ LayerTimes layer_times(const Context& x, const ir::Layer& l) {
   const ir::TrafficBytes tr = ir::layer_traffic(l, k.mbs, x.workload.seq_len);
   const double rep_div = k.sp ? t : 1.0;
   const double scores = x.options.flash_attention ? 0 : 1;  // fused: the scores stay on chip
-  out.traffic_s = (tr.replicated / rep_div + tr.sharded / t + scores * tr.scores / t) / c / x.membw;
-  out.bwd_traffic_s = ((tr.backward_replicated / rep_div + tr.backward_sharded / t +
-                        scores * tr.backward_scores / t) /
-                           c +
+  // Bytes per device of token-proportional traffic (divided by cp as the tokens are).
+  auto per_device = [&](double replicated, double sharded, double score_bytes) {
+    return (replicated / rep_div + sharded / t + scores * score_bytes / t) / c;
+  };
+  out.traffic_s = per_device(tr.replicated, tr.sharded, tr.scores) / x.membw;
+  out.bwd_traffic_s = (per_device(tr.backward_replicated, tr.backward_sharded, tr.backward_scores) +
                        tr.backward_table / t) /
                       x.membw;
   out.core_traffic_s = scores * tr.scores / t / c / x.membw;
